@@ -1,0 +1,5 @@
+import sys
+
+from fdprof.cli import main
+
+sys.exit(main())

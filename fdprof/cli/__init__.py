@@ -1,0 +1,50 @@
+"""The ``fdprof`` command. Each subcommand lives in its own module of this package and
+exposes ``register(subparsers)``; modules are discovered, so adding a command touches one file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import pkgutil
+import sys
+
+from fdprof.errors import FdprofError
+
+
+class _Parser(argparse.ArgumentParser):
+    """Usage errors as one line and exit 2, like every other bad input."""
+
+    def error(self, message: str):  # type: ignore[override]
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="fdprof",
+        description=(
+            "Profile an LLM-serving engine: run it, capture traces, diff runs, find KV hazards."
+        ),
+    )
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    for info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
+        if info.name.startswith("_"):
+            continue
+        importlib.import_module(f"{__name__}.{info.name}").register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except FdprofError as exc:
+        print(f"fdprof {args.command}: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"fdprof {args.command}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

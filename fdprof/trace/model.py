@@ -1,0 +1,116 @@
+"""The canonical trace model: three DataFrames and a little metadata, whatever the source.
+
+Every reader produces a :class:`Trace`; every analysis takes one. Times are int64
+nanoseconds on one timebase (the run's epoch when clock anchors are known). A *lane* is
+where program order holds: a host thread (``"<pid>/<tid>"``) or a device stream
+(``"cuda:0/stream:7"``, via the ``fd.lane`` attribute).
+
+Ordering semantics used by the analyses: an access of span S on lane L happens after every
+acquire on L at or before ``S.start`` and before every release on L at or after ``S.end``.
+A sync event *inside* a span does not order that span's accesses.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import pandas as pd
+
+from fdprof.errors import FdprofError
+
+#: column -> dtype. ``parent_id`` 0 means none; ``step`` -1 means none; ``end`` -1 means the
+#: span never ended (its process died or the trace was cut).
+SPAN_COLUMNS: dict[str, str] = {
+    "span_id": "int64",
+    "parent_id": "int64",
+    "name": "string",
+    "start": "int64",
+    "end": "int64",
+    "pid": "int64",
+    "tid": "int64",
+    "lane": "string",
+    "role": "string",
+    "step": "int64",
+    "trace_id": "string",
+}
+#: one row per (span, pool, block, mode); ``pool`` is ``gpu`` or ``cpu``; ``mode`` ``read`` or
+#: ``write``; ``layer_lo``/``layer_hi`` is the half-open layer range, -1/-1 for all layers.
+ACCESS_COLUMNS: dict[str, str] = {
+    "span_id": "int64",
+    "pool": "string",
+    "block": "int64",
+    "mode": "string",
+    "layer_lo": "int64",
+    "layer_hi": "int64",
+}
+#: happens-before events. ``seq`` -1: none (locks pair in time order). ``span_id`` 0: none.
+SYNC_COLUMNS: dict[str, str] = {
+    "op": "string",
+    "obj": "string",
+    "seq": "int64",
+    "time": "int64",
+    "pid": "int64",
+    "tid": "int64",
+    "lane": "string",
+    "span_id": "int64",
+}
+#: attributes in long form; ``value`` holds the JSON text of the value so types round-trip.
+ATTR_COLUMNS: dict[str, str] = {"span_id": "int64", "key": "string", "value": "string"}
+#: one row per process: its role and name, and whether a clock anchor placed it on the timebase.
+PROCESS_COLUMNS: dict[str, str] = {
+    "pid": "int64",
+    "role": "string",
+    "name": "string",
+    "anchored": "bool",
+}
+
+SCHEMAS = {
+    "spans": SPAN_COLUMNS,
+    "accesses": ACCESS_COLUMNS,
+    "syncs": SYNC_COLUMNS,
+    "attrs": ATTR_COLUMNS,
+    "processes": PROCESS_COLUMNS,
+}
+
+
+def empty(table: str) -> pd.DataFrame:
+    return frame(table, {c: [] for c in SCHEMAS[table]})
+
+
+def frame(table: str, columns: dict[str, Any]) -> pd.DataFrame:
+    """A DataFrame of ``table``'s schema from column data, with the schema's dtypes."""
+    schema = SCHEMAS[table]
+    missing = [c for c in schema if c not in columns]
+    if missing:
+        raise FdprofError(f"{table}: missing columns {', '.join(missing)}")
+    return pd.DataFrame({c: pd.Series(columns[c], dtype=dtype) for c, dtype in schema.items()})
+
+
+@dataclass
+class Trace:
+    spans: pd.DataFrame = field(default_factory=lambda: empty("spans"))
+    accesses: pd.DataFrame = field(default_factory=lambda: empty("accesses"))
+    syncs: pd.DataFrame = field(default_factory=lambda: empty("syncs"))
+    attrs: pd.DataFrame = field(default_factory=lambda: empty("attrs"))
+    processes: pd.DataFrame = field(default_factory=lambda: empty("processes"))
+    #: source format, path, run config and results where the source has them, warnings
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def validate(self) -> Trace:
+        """Raise :class:`FdprofError` if a table lacks a column or has the wrong dtype."""
+        for table, schema in SCHEMAS.items():
+            df = getattr(self, table)
+            for col, dtype in schema.items():
+                if col not in df.columns:
+                    raise FdprofError(f"trace {table} table has no column {col!r}")
+                if str(df[col].dtype) != dtype and not (
+                    dtype == "string" and str(df[col].dtype).startswith("string")
+                ):
+                    raise FdprofError(
+                        f"trace {table}.{col} has dtype {df[col].dtype}, expected {dtype}"
+                    )
+        return self
+
+    def warn(self, message: str) -> None:
+        self.meta.setdefault("warnings", []).append(message)

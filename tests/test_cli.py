@@ -1,0 +1,21 @@
+import subprocess
+import sys
+
+
+def run_fdprof(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "fdprof", *args], capture_output=True, text=True, timeout=120
+    )
+
+
+def test_help_lists_commands():
+    result = run_fdprof("--help")
+    assert result.returncode == 0
+    assert "usage: fdprof" in result.stdout
+
+
+def test_unknown_command_is_one_line_exit_2():
+    result = run_fdprof("no-such-command")
+    assert result.returncode == 2
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert "Traceback" not in result.stderr
