@@ -13,7 +13,9 @@ binds an id to UTF-8 text once per process, and later records carry only the id.
 from __future__ import annotations
 
 import struct
+from collections.abc import Iterator
 from enum import IntEnum
+from typing import NamedTuple
 
 MAGIC = b"FDPROF1\n"
 #: magic, pid, clock anchor (monotonic ns, epoch ns), role string (utf-8, 32 bytes, NUL padded)
@@ -52,3 +54,67 @@ CONTEXT = struct.Struct("<Q16sQ")
 
 #: sequence number meaning "none" (locks pair in time order)
 NO_SEQ = -1
+
+
+_PAYLOADS = {
+    Kind.SPAN_BEGIN: SPAN_BEGIN,
+    Kind.SPAN_END: SPAN_END,
+    Kind.ATTR_INT: ATTR_INT,
+    Kind.ATTR_FLOAT: ATTR_FLOAT,
+    Kind.ATTR_STR: ATTR_STR,
+    Kind.SYNC: SYNC,
+    Kind.THREAD_NAME: THREAD_NAME,
+    Kind.CONTEXT: CONTEXT,
+}
+
+
+class FileHeader(NamedTuple):
+    pid: int
+    mono_anchor_ns: int
+    epoch_anchor_ns: int
+    role: str
+
+
+def read_header(data: bytes | memoryview) -> FileHeader:
+    """The header of a record file; ``ValueError`` if ``data`` is not one."""
+    if len(data) < FILE_HEADER.size or bytes(data[:8]) != MAGIC:
+        raise ValueError("not an fdprof record file (bad magic)")
+    _, pid, mono, epoch, role = FILE_HEADER.unpack_from(data, 0)
+    return FileHeader(pid, mono, epoch, role.rstrip(b"\0").decode())
+
+
+def iter_records(
+    data: bytes | memoryview, offset: int = FILE_HEADER.size, chunk: int = 1 << 20
+) -> Iterator[tuple[int, int, tuple, int]]:
+    """Yield ``(kind, tid, fields, next_offset)`` for each complete record from ``offset``.
+
+    STRING fields are ``(id, text)``; ATTR_INTS fields are ``(span_id, key_id, values)``.
+    Stops at the end of the data or at a record cut short, so a file still being written, or
+    one whose writer was killed, reads up to its last complete record. A zero kind is the unused
+    tail of a chunk (see :mod:`fdprof.probe.recorder`): reading resumes at the next chunk.
+    """
+    size = len(data)
+    head = RECORD_HEADER.size
+    while offset + head <= size:
+        kind, _flags, length, tid = RECORD_HEADER.unpack_from(data, offset)
+        if kind == 0:
+            offset = (offset // chunk + 1) * chunk
+            continue
+        end = offset + head + length
+        if end > size:
+            return
+        body = offset + head
+        if kind == Kind.STRING:
+            (sid,) = STRING.unpack_from(data, body)
+            fields: tuple = (sid, bytes(data[body + STRING.size : end]).decode())
+        elif kind == Kind.ATTR_INTS:
+            span_id, key_id, count = ATTR_INTS.unpack_from(data, body)
+            start = body + ATTR_INTS.size
+            fields = (span_id, key_id, list(memoryview(data)[start : start + 4 * count].cast("i")))
+        else:
+            layout = _PAYLOADS.get(kind)
+            if layout is None:
+                raise ValueError(f"unknown record kind {kind} at offset {offset}")
+            fields = layout.unpack_from(data, body)
+        yield kind, tid, fields, end
+        offset = end
