@@ -21,6 +21,7 @@ from pathlib import Path
 
 from fdprof.probe import records as R
 from fdprof.probe.config import ProbeConfig
+from fdprof.probe.context import format_traceparent, parse_traceparent
 from fdprof.probe.recorder import Recorder
 
 
@@ -135,10 +136,16 @@ class Probe:
         if self._rec is not None:
             self._rec.sync(sid, self._id(o), R.SyncOp.ACQUIRE, seq, time.monotonic_ns())
 
-    def link_context(self, sid: int, trace_id: bytes, remote_parent: int) -> None:
-        """Attach a W3C trace context received in a message to span ``sid``."""
-        if self._rec is not None:
-            self._rec.context(sid, trace_id, remote_parent)
+    def link_context(self, sid: int, traceparent: str, link: bool = False) -> None:
+        """Attach a W3C ``traceparent`` received in a message to span ``sid``: as its parent,
+        or (``link=True``) as one of its links, e.g. a step span linking the requests it served."""
+        if self._rec is not None and traceparent:
+            trace_id, span_id = parse_traceparent(traceparent)
+            self._rec.context(sid, trace_id, span_id, link)
+
+    def traceparent(self, sid: int, trace_id: bytes) -> str:
+        """The W3C ``traceparent`` naming span ``sid`` of ``trace_id``, to put in a message."""
+        return format_traceparent(trace_id, sid)
 
     def close(self) -> None:
         if self._rec is not None:

@@ -56,12 +56,12 @@ class Recorder:
         self.records += 1
         return off
 
-    def _put(self, kind: int, layout, *fields) -> None:
+    def _put(self, kind: int, layout, *fields, flags: int = 0) -> None:
         size = R.RECORD_HEADER.size + layout.size
         with self._lock:
             off = self._reserve(size)
             buf = self._buf
-            R.RECORD_HEADER.pack_into(buf, off, kind, 0, layout.size, threading.get_native_id())
+            R.RECORD_HEADER.pack_into(buf, off, kind, flags, layout.size, threading.get_native_id())
             layout.pack_into(buf, off + R.RECORD_HEADER.size, *fields)
 
     def intern(self, text: str) -> int:
@@ -130,8 +130,9 @@ class Recorder:
     def sync(self, span_id: int, obj_id: int, op: int, seq: int, t: int) -> None:
         self._put(R.Kind.SYNC, R.SYNC, span_id, obj_id, op, seq, t)
 
-    def context(self, span_id: int, trace_id: bytes, remote_parent: int) -> None:
-        self._put(R.Kind.CONTEXT, R.CONTEXT, span_id, trace_id, remote_parent)
+    def context(self, span_id: int, trace_id: bytes, remote_span: int, link: bool) -> None:
+        flags = R.CONTEXT_LINK if link else R.CONTEXT_PARENT
+        self._put(R.Kind.CONTEXT, R.CONTEXT, span_id, trace_id, remote_span, flags=flags)
 
     def close(self) -> None:
         """Unmap and trim the file to the bytes written."""

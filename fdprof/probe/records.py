@@ -33,7 +33,7 @@ class Kind(IntEnum):
     ATTR_INTS = 7  # payload: span id u64, key id u32, count u32, count × i32
     SYNC = 8  # payload: span id u64, obj id u32, op u32 (SyncOp), seq i64, t i64
     THREAD_NAME = 9  # payload: name string id u32
-    CONTEXT = 10  # payload: span id u64, trace id 16 bytes, remote parent span id u64
+    CONTEXT = 10  # payload: span id u64, trace id 16 bytes, remote span id u64; flags below
 
 
 class SyncOp(IntEnum):
@@ -51,6 +51,10 @@ ATTR_INTS = struct.Struct("<QII")
 SYNC = struct.Struct("<QIIqq")
 THREAD_NAME = struct.Struct("<I")
 CONTEXT = struct.Struct("<Q16sQ")
+
+#: CONTEXT record flags: the remote span is the span's parent, or one of its links
+CONTEXT_PARENT = 0
+CONTEXT_LINK = 1
 
 #: sequence number meaning "none" (locks pair in time order)
 NO_SEQ = -1
@@ -85,8 +89,8 @@ def read_header(data: bytes | memoryview) -> FileHeader:
 
 def iter_records(
     data: bytes | memoryview, offset: int = FILE_HEADER.size, chunk: int = 1 << 20
-) -> Iterator[tuple[int, int, tuple, int]]:
-    """Yield ``(kind, tid, fields, next_offset)`` for each complete record from ``offset``.
+) -> Iterator[tuple[int, int, int, tuple, int]]:
+    """Yield ``(kind, flags, tid, fields, next_offset)`` for each complete record from ``offset``.
 
     STRING fields are ``(id, text)``; ATTR_INTS fields are ``(span_id, key_id, values)``.
     Stops at the end of the data or at a record cut short, so a file still being written, or
@@ -96,7 +100,7 @@ def iter_records(
     size = len(data)
     head = RECORD_HEADER.size
     while offset + head <= size:
-        kind, _flags, length, tid = RECORD_HEADER.unpack_from(data, offset)
+        kind, flags, length, tid = RECORD_HEADER.unpack_from(data, offset)
         if kind == 0:
             offset = (offset // chunk + 1) * chunk
             continue
@@ -116,5 +120,5 @@ def iter_records(
             if layout is None:
                 raise ValueError(f"unknown record kind {kind} at offset {offset}")
             fields = layout.unpack_from(data, body)
-        yield kind, tid, fields, end
+        yield kind, flags, tid, fields, end
         offset = end
