@@ -1,0 +1,77 @@
+"""Traces from every source as one model: :func:`load` is the entry point every command uses.
+
+A reader is a ``(sniff, read)`` pair in :data:`READERS`: ``sniff(path, head)`` looks at the
+path and the first bytes of its content (decompressed when gzip) and says whether ``read(path)``
+understands it. The first reader that claims a path reads it, so the format is picked by
+content, not by file name. Adding a reader is one line in :data:`READERS`.
+"""
+
+from __future__ import annotations
+
+import gzip
+import zlib
+from collections.abc import Callable
+from pathlib import Path
+
+from fdprof.errors import FdprofError
+from fdprof.trace import native
+from fdprof.trace.model import Trace
+
+Sniff = Callable[[Path, bytes], bool]
+Read = Callable[[Path], Trace]
+
+#: how many leading bytes a sniffer sees
+HEAD_BYTES = 4096
+
+READERS: list[tuple[Sniff, Read]] = [
+    (native.sniff, native.read),
+]
+
+__all__ = ["READERS", "Trace", "head", "load"]
+
+
+def head(path: Path, size: int = HEAD_BYTES) -> bytes:
+    """The first ``size`` bytes of ``path``'s content, gunzipped if it is gzip; ``b""`` for a
+    directory. A truncated gzip still yields what could be decompressed."""
+    if path.is_dir():
+        return b""
+    try:
+        with path.open("rb") as f:
+            raw = f.read(size)
+            if raw[:2] != b"\x1f\x8b":
+                return raw
+            f.seek(0)
+            inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
+            out = b""
+            while len(out) < size:
+                chunk = f.read(1 << 16)
+                if not chunk:
+                    break
+                out += inflater.decompress(chunk, size - len(out))
+            return out
+    except (OSError, zlib.error, gzip.BadGzipFile) as exc:
+        raise FdprofError(f"{path}: cannot read ({exc})") from None
+
+
+def load(path: str | Path, join: str | Path | None = None) -> Trace:
+    """Read the trace at ``path`` with the reader its content calls for, validated.
+
+    ``join``: a native run directory whose records complete an Nsight Systems trace's NVTX
+    ranges (matched by the span id each range carries as its payload).
+    """
+    path = Path(path)
+    if not path.exists():
+        raise FdprofError(f"{path}: no such file or directory")
+    first = head(path)
+    for sniff, read in READERS:
+        if sniff(path, first):
+            trace = read(path)
+            break
+    else:
+        raise FdprofError(
+            f"{path}: not a trace fdprof can read (expected a native run directory, "
+            "Chrome/Perfetto JSON, an Nsight Systems SQLite export or OTLP JSON)"
+        )
+    if join is not None:
+        raise FdprofError(f"{path}: --join applies to an Nsight Systems export only")
+    return trace.validate()

@@ -1,0 +1,417 @@
+"""Reader of native run directories: ``run.json`` plus one ``.rec`` record file per process.
+
+Record files can hold tens of millions of records, so this reader does not build a Python
+object per record: one tight loop finds where each record starts (records vary in length),
+then every fixed-size kind is decoded at once by numpy through a byte-strided view of the
+file. Only strings, int lists and the per-record offsets pass through Python.
+
+Timestamps are ``time.monotonic_ns()``; each file's header anchors it to the epoch. Processes
+of one run share the host's monotonic clock, so when their anchors agree (within
+:data:`SAME_CLOCK_NS`) one common offset is applied: cross-process order stays exactly as the
+monotonic clock saw it instead of being jittered by each anchor's own measurement error.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import struct
+from array import array
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from fdprof.errors import FdprofError
+from fdprof.probe import records as R
+from fdprof.probe.recorder import CHUNK
+from fdprof.trace import conventions as C
+from fdprof.trace.model import Trace, frame
+
+MANIFEST = "run.json"
+RUN_FORMAT = "fdprof-run/1"
+#: anchors (epoch - monotonic) closer than this are taken to be one host's clock
+SAME_CLOCK_NS = 1_000_000
+
+_NUMPY_CODES = {"B": "u1", "H": "u2", "I": "u4", "Q": "u8", "q": "i8", "d": "f8", "s": "V"}
+
+
+def _dtype(layout: struct.Struct) -> np.dtype:
+    """The packed numpy record type of a whole record: 8-byte header, then ``layout``."""
+    fields = [("kind", "u1"), ("flags", "u1"), ("length", "<u2"), ("tid", "<u4")]
+    for i, (count, code) in enumerate(re.findall(r"(\d*)([a-zA-Z])", layout.format[1:])):
+        np_code = _NUMPY_CODES[code]
+        fields.append((f"f{i}", f"V{count}" if np_code == "V" else f"<{np_code}"))
+    dt = np.dtype(fields)
+    assert dt.itemsize == R.RECORD_HEADER.size + layout.size
+    return dt
+
+
+_DTYPES = {
+    kind: _dtype(layout)
+    for kind, layout in (
+        (R.Kind.SPAN_BEGIN, R.SPAN_BEGIN),
+        (R.Kind.SPAN_END, R.SPAN_END),
+        (R.Kind.ATTR_INT, R.ATTR_INT),
+        (R.Kind.ATTR_FLOAT, R.ATTR_FLOAT),
+        (R.Kind.ATTR_STR, R.ATTR_STR),
+        (R.Kind.SYNC, R.SYNC),
+        (R.Kind.THREAD_NAME, R.THREAD_NAME),
+        (R.Kind.CONTEXT, R.CONTEXT),
+    )
+}
+_VARIABLE = (R.Kind.STRING, R.Kind.ATTR_INTS)
+_KNOWN = set(_DTYPES) | set(_VARIABLE)
+
+
+def _offsets(data: bytes, start: int) -> np.ndarray:
+    """Offsets of the complete records of ``data`` (see :func:`fdprof.probe.records.iter_records`
+    for the framing rules this follows: zero kind skips to the next chunk, a cut record ends)."""
+    offs = array("q")
+    append = offs.append
+    size = len(data)
+    off = start
+    while off + 8 <= size:
+        if data[off] == 0:
+            off = (off // CHUNK + 1) * CHUNK
+            continue
+        end = off + 8 + (data[off + 2] | data[off + 3] << 8)
+        if end > size:
+            break
+        append(off)
+        off = end
+    return np.frombuffer(offs, dtype=np.int64)
+
+
+@dataclass
+class _File:
+    """The decoded columns of one record file (times still monotonic)."""
+
+    pid: int
+    role: str
+    offset_ns: int
+    strings: dict[int, str] = field(default_factory=dict)
+    spans: dict[str, np.ndarray] = field(default_factory=dict)
+    attrs: list[tuple[np.ndarray, np.ndarray, list[str] | np.ndarray]] = field(default_factory=list)
+    syncs: dict[str, np.ndarray] = field(default_factory=dict)
+    contexts: np.ndarray | None = None
+    thread_names: dict[int, str] = field(default_factory=dict)
+    unended: int = 0
+
+    def text(self, ids: np.ndarray, what: str) -> np.ndarray:
+        lookup = np.empty(max(self.strings, default=0) + 1, dtype=object)
+        for sid, text in self.strings.items():
+            lookup[sid] = text
+        if len(ids) and (ids.max() >= len(lookup) or any(v is None for v in lookup[ids])):
+            raise FdprofError(f"record file of pid {self.pid}: {what} refers to an unknown string")
+        return lookup[ids]
+
+
+def _decode(path: Path) -> _File | None:
+    data = path.read_bytes()
+    if not data.strip(b"\0"):
+        return None
+    try:
+        header = R.read_header(data)
+    except ValueError as exc:
+        raise FdprofError(f"{path}: {exc}") from None
+    out = _File(header.pid, header.role, header.epoch_anchor_ns - header.mono_anchor_ns)
+    offs = _offsets(data, R.FILE_HEADER.size)
+    kinds = np.frombuffer(data, dtype=np.uint8)[offs]
+    unknown = set(np.unique(kinds).tolist()) - _KNOWN
+    if unknown:
+        raise FdprofError(f"{path}: unknown record kind {min(unknown)} (not an fdprof/1 file?)")
+
+    def records(kind: R.Kind) -> np.ndarray:
+        dt = _DTYPES[kind]
+        view = np.ndarray((len(data) - dt.itemsize + 1,), dtype=dt, buffer=data, strides=(1,))
+        return view[offs[kinds == kind]]
+
+    for off in offs[kinds == R.Kind.STRING].tolist():
+        length = data[off + 2] | data[off + 3] << 8
+        (sid,) = R.STRING.unpack_from(data, off + 8)
+        out.strings[sid] = data[off + 12 : off + 8 + length].decode(errors="replace")
+
+    begin = records(R.Kind.SPAN_BEGIN)
+    end = records(R.Kind.SPAN_END)
+    span_id = begin["f0"].view(np.int64)
+    ends = np.full(len(begin), -1, dtype=np.int64)
+    pos = pd.Index(span_id).get_indexer(end["f0"].view(np.int64))
+    ends[pos[pos >= 0]] = end["f1"].view(np.int64)[pos >= 0] + out.offset_ns
+    out.unended = int((ends == -1).sum())
+    out.spans = {
+        "span_id": span_id,
+        "parent_id": begin["f1"].view(np.int64),
+        "name": out.text(begin["f2"], "a span name"),
+        "start": begin["f4"] + out.offset_ns,
+        "end": ends,
+        "tid": begin["tid"].astype(np.int64),
+    }
+
+    _decode_attrs(data, offs, kinds, records, out)
+
+    sync = records(R.Kind.SYNC)
+    ops = sync["f2"]
+    if len(ops) and not np.isin(ops, (R.SyncOp.RELEASE, R.SyncOp.ACQUIRE)).all():
+        raise FdprofError(f"{path}: sync record with an unknown op")
+    out.syncs = {
+        "op": np.where(ops == R.SyncOp.RELEASE, "release", "acquire").astype(object),
+        "obj": out.text(sync["f1"], "a sync object"),
+        "seq": sync["f3"],
+        "time": sync["f4"] + out.offset_ns,
+        "tid": sync["tid"].astype(np.int64),
+        "span_id": sync["f0"].view(np.int64),
+    }
+    out.contexts = records(R.Kind.CONTEXT)
+    names = records(R.Kind.THREAD_NAME)
+    for tid, text in zip(
+        names["tid"].tolist(), out.text(names["f0"], "a thread name"), strict=True
+    ):
+        out.thread_names[tid] = text
+    return out
+
+
+def _decode_attrs(data: bytes, offs: np.ndarray, kinds: np.ndarray, records, out: _File) -> None:
+    """Attribute records as (record offset, span id, key, JSON text) columns, record order kept."""
+    ints = records(R.Kind.ATTR_INT)
+    floats = records(R.Kind.ATTR_FLOAT)
+    strs = records(R.Kind.ATTR_STR)
+    str_values = out.text(strs["f2"], "a string attribute")
+    parts: list[tuple[np.ndarray, np.ndarray, np.ndarray, Any]] = [
+        (offs[kinds == R.Kind.ATTR_INT], ints["f0"], ints["f1"], ints["f3"].astype(str)),
+        (
+            offs[kinds == R.Kind.ATTR_FLOAT],
+            floats["f0"],
+            floats["f1"],
+            [C.attr_json(v) for v in floats["f3"].tolist()],
+        ),
+        (
+            offs[kinds == R.Kind.ATTR_STR],
+            strs["f0"],
+            strs["f1"],
+            [C.attr_json(v) for v in str_values],
+        ),
+    ]
+    list_offs = offs[kinds == R.Kind.ATTR_INTS]
+    list_ids, list_keys, list_values = [], [], []
+    for off in list_offs.tolist():
+        span, key, count = R.ATTR_INTS.unpack_from(data, off + 8)
+        values = np.frombuffer(data, dtype="<i4", count=count, offset=off + 8 + R.ATTR_INTS.size)
+        list_ids.append(span)
+        list_keys.append(key)
+        list_values.append(C.attr_json(values.tolist()))
+    parts.append(
+        (
+            list_offs,
+            np.array(list_ids, dtype=np.uint64),
+            np.array(list_keys, dtype=np.uint32),
+            list_values,
+        )
+    )
+    order = np.argsort(np.concatenate([p[0] for p in parts]), kind="stable")
+    span_ids = np.concatenate([p[1].astype(np.uint64) for p in parts]).view(np.int64)[order]
+    keys = out.text(np.concatenate([p[2].astype(np.int64) for p in parts]), "an attribute key")
+    values = np.concatenate([np.asarray(p[3], dtype=object) for p in parts])
+    out.attrs.append((span_ids, keys[order], values[order]))
+
+
+def _manifest(path: Path, trace: Trace) -> dict[str, Any]:
+    manifest_path = path / MANIFEST
+    if not manifest_path.exists():
+        trace.warn(f"{path}: no {MANIFEST} (run manifest); reading the .rec files alone")
+        return {}
+    try:
+        manifest = json.loads(manifest_path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise FdprofError(f"{manifest_path}: not valid JSON ({exc})") from None
+    if not isinstance(manifest, dict) or manifest.get("format") != RUN_FORMAT:
+        raise FdprofError(f"{manifest_path}: not an {RUN_FORMAT} manifest")
+    if not isinstance(manifest.get("processes", []), list):
+        raise FdprofError(f"{manifest_path}: 'processes' should be a list")
+    status = manifest.get("status")
+    if status != "ok":
+        trace.warn(f"run status is {status!r}: records are read up to each process's last one")
+    return manifest
+
+
+def _record_paths(path: Path, manifest: dict[str, Any], trace: Trace) -> list[Path]:
+    paths = sorted(path.glob("*.rec"))
+    for proc in manifest.get("processes", []):
+        record = proc.get("record") if isinstance(proc, dict) else None
+        if record and not (path / record).exists():
+            trace.warn(f"process {proc.get('pid')}: record file {record} is missing")
+    if not paths:
+        raise FdprofError(f"{path}: no .rec record files (not an fdprof run directory?)")
+    return paths
+
+
+def sniff(path: Path, head: bytes) -> bool:
+    return path.is_dir()
+
+
+def read(path: Path) -> Trace:
+    """The trace of a run directory; a run whose processes were killed reads up to their
+    last complete record, with a warning for each span left open."""
+    trace = Trace(meta={"format": "native", "path": str(path)})
+    if not (path / MANIFEST).exists() and not any(path.glob("*.rec")):
+        raise FdprofError(f"{path}: neither {MANIFEST} nor .rec files (not an fdprof run)")
+    manifest = _manifest(path, trace)
+    for k in ("config", "results", "status", "error"):
+        if k in manifest:
+            trace.meta[k] = manifest[k]
+    files = [f for f in (_decode(p) for p in _record_paths(path, manifest, trace)) if f]
+    if not files:
+        raise FdprofError(f"{path}: every record file is empty")
+    _share_clock(files)
+    by_pid = {
+        p["pid"]: p for p in manifest.get("processes", []) if isinstance(p, dict) and "pid" in p
+    }
+    _build(trace, files, by_pid)
+    return trace
+
+
+def _share_clock(files: list[_File]) -> None:
+    """Put every file on one offset when all anchors read the same host clock (module doc)."""
+    offsets = np.array([f.offset_ns for f in files])
+    if offsets.max() - offsets.min() > SAME_CLOCK_NS:
+        return
+    common = int(np.median(offsets))
+    for f in files:
+        shift = common - f.offset_ns
+        f.spans["start"] = f.spans["start"] + shift
+        f.spans["end"] = np.where(f.spans["end"] == -1, -1, f.spans["end"] + shift)
+        f.syncs["time"] = f.syncs["time"] + shift
+        f.offset_ns = common
+
+
+def _lanes(pids: np.ndarray, tids: np.ndarray) -> np.ndarray:
+    """``"<pid>/<tid>"`` per row, formatted once per distinct thread."""
+    keys = pids.astype(np.int64) << 32 | tids.astype(np.int64)
+    unique, inverse = np.unique(keys, return_inverse=True)
+    texts = np.array([f"{k >> 32}/{k & 0xFFFFFFFF}" for k in unique.tolist()], dtype=object)
+    return texts[inverse]
+
+
+def _build(trace: Trace, files: list[_File], by_pid: dict[int, dict[str, Any]]) -> None:
+    def cat(name: str) -> np.ndarray:
+        return np.concatenate([f.spans[name] for f in files])
+
+    def cat_sync(name: str) -> np.ndarray:
+        return np.concatenate([f.syncs[name] for f in files])
+
+    roles = {f.pid: by_pid.get(f.pid, {}).get("role") or f.role for f in files}
+    span_pid = np.concatenate([np.full(len(f.spans["span_id"]), f.pid) for f in files])
+    span_role = np.concatenate([np.full(len(f.spans["span_id"]), roles[f.pid]) for f in files])
+    attrs = C.attrs_frame(
+        np.concatenate([a[0] for f in files for a in f.attrs]),
+        np.concatenate([a[1] for f in files for a in f.attrs]),
+        np.concatenate([a[2] for f in files for a in f.attrs]),
+    )
+    span_id = cat("span_id")
+    parent_id = cat("parent_id")
+    trace_id = np.full(len(span_id), None, dtype=object)
+    link_rows = _contexts(files, span_id, parent_id, trace_id)
+    if link_rows:
+        links = C.attrs_frame(*zip(*link_rows, strict=True))
+        attrs = C.attrs_frame(
+            np.concatenate([attrs["span_id"].to_numpy(), links["span_id"].to_numpy()]),
+            np.concatenate([attrs["key"].to_numpy(object), links["key"].to_numpy(object)]),
+            np.concatenate([attrs["value"].to_numpy(object), links["value"].to_numpy(object)]),
+        )
+    spans = frame(
+        "spans",
+        {
+            "span_id": span_id,
+            "parent_id": parent_id,
+            "name": cat("name"),
+            "start": cat("start"),
+            "end": cat("end"),
+            "pid": span_pid,
+            "tid": cat("tid"),
+            "lane": np.full(len(span_id), None, dtype=object),
+            "role": span_role,
+            "step": np.full(len(span_id), -1, dtype=np.int64),
+            "trace_id": _inherit(span_id, parent_id, trace_id),
+        },
+    )
+    C.span_columns(spans, attrs, pd.Series(_lanes(span_pid, spans["tid"].to_numpy())))
+    sync_pid = np.concatenate([np.full(len(f.syncs["op"]), f.pid) for f in files])
+    sync_tid = cat_sync("tid")
+    sync_span = cat_sync("span_id")
+    lane = _lanes(sync_pid, sync_tid)
+    overrides = C.override_lanes(attrs)
+    if len(overrides):
+        pos = pd.Index(overrides.index).get_indexer(sync_span)
+        lane = np.where(pos >= 0, overrides.to_numpy(object)[pos], lane)
+    trace.syncs = frame(
+        "syncs",
+        {
+            "op": cat_sync("op"),
+            "obj": cat_sync("obj"),
+            "seq": cat_sync("seq"),
+            "time": cat_sync("time"),
+            "pid": sync_pid,
+            "tid": sync_tid,
+            "lane": lane,
+            "span_id": sync_span,
+        },
+    )
+    trace.spans = spans
+    trace.attrs = attrs
+    trace.accesses = C.accesses_from_attrs(attrs)
+    trace.processes = frame(
+        "processes",
+        {
+            "pid": [f.pid for f in files],
+            "role": [roles[f.pid] for f in files],
+            "name": [by_pid.get(f.pid, {}).get("name") or roles[f.pid] for f in files],
+            "anchored": [True] * len(files),
+        },
+    )
+    trace.meta["thread_names"] = {
+        f"{f.pid}/{tid}": name for f in files for tid, name in f.thread_names.items()
+    }
+    unended = sum(f.unended for f in files)
+    if unended:
+        trace.warn(f"{unended} span(s) never ended (end = -1): a process was killed or cut")
+
+
+def _contexts(
+    files: list[_File], span_id: np.ndarray, parent_id: np.ndarray, trace_id: np.ndarray
+) -> list[tuple[int, str, str]]:
+    """Apply CONTEXT records: a remote parent sets ``trace_id`` (and ``parent_id`` when the
+    span has no local parent); links become the ``fd.links`` attribute (traceparents)."""
+    index = pd.Index(span_id)
+    links: dict[int, list[str]] = {}
+    for f in files:
+        for rec in f.contexts.tolist():
+            sid, tid_bytes, remote = rec[4], rec[5], rec[6]
+            sid = int(np.uint64(sid).view(np.int64))
+            if rec[1] == R.CONTEXT_LINK:
+                links.setdefault(sid, []).append(f"00-{bytes(tid_bytes).hex()}-{remote:016x}-01")
+                continue
+            pos = index.get_indexer([sid])[0]
+            if pos < 0:
+                continue
+            trace_id[pos] = bytes(tid_bytes).hex()
+            if parent_id[pos] == 0:
+                parent_id[pos] = np.uint64(remote).view(np.int64)
+    return [(sid, C.LINKS, C.attr_json(tps)) for sid, tps in links.items()]
+
+
+def _inherit(span_id: np.ndarray, parent_id: np.ndarray, trace_id: np.ndarray) -> np.ndarray:
+    """Children without their own trace id take their parent's, down the tree."""
+    if not any(t is not None for t in trace_id):
+        return trace_id
+    index = pd.Index(span_id)
+    parent_pos = index.get_indexer(parent_id)
+    for _ in range(64):
+        missing = np.flatnonzero(np.equal(trace_id, None) & (parent_pos >= 0))
+        fill = trace_id[parent_pos[missing]]
+        known = ~np.equal(fill, None)
+        if not known.any():
+            break
+        trace_id[missing[known]] = fill[known]
+    return trace_id
