@@ -1,0 +1,45 @@
+"""The harness against a real metrics process: every PromQL query of every dashboard returns
+data, and a renamed metric does not (so the engine test can fail for the right reason)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+from fdprof import dashboards
+from fdprof.dashboards.queries import Query, queries
+from fdprof.probe import metric_names as M
+
+SERVER = Path(__file__).with_name("metrics_server.py")
+#: $__rate_interval as Grafana computes it for a 1 s scrape interval (4 scrapes)
+WINDOW = "4s"
+
+
+def promql_queries() -> list[Query]:
+    return [
+        q
+        for build in dashboards.BUILDERS.values()
+        for q in queries(build(), WINDOW)
+        if q.language == "promql"
+    ]
+
+
+def test_every_panel_query_returns_data_from_a_real_metrics_process(prometheus, metrics_port):
+    server = subprocess.Popen([sys.executable, str(SERVER), str(metrics_port), "60"])
+    try:
+        start = time.time()
+        prom = prometheus([f"127.0.0.1:{metrics_port}"])
+        all_queries = promql_queries()
+        missing = prom.wait_for_data(all_queries, start, timeout_s=45)
+        assert not missing, "no data for:\n" + "\n".join(map(str, missing))
+
+        name = M.GENERATED_TOKENS.prom_name
+        tokens = next(q for q in all_queries if name in q.text)
+        renamed = replace(tokens, text=tokens.text.replace(name, "fd_tokens_generated_total"))
+        assert prom.empty([renamed], start) == [renamed]
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
