@@ -12,6 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from fdprof.dashboards import overview, traces
+from fdprof.dashboards.queries import Query, queries
 
 #: file name in ``dashboards/`` → builder; the file is named after the dashboard's uid
 BUILDERS: dict[str, Callable[[], dict]] = {
@@ -47,3 +48,10 @@ def stale(directory: Path) -> list[str]:
         if not path.is_file() or path.read_text(encoding="utf-8") != text:
             out.append(name)
     return out
+
+
+def promql(window: str) -> list[Query]:
+    """Every PromQL query of every dashboard, ``$__rate_interval`` set to ``window``."""
+    return [
+        q for build in BUILDERS.values() for q in queries(build(), window) if q.language == "promql"
+    ]

@@ -14,7 +14,6 @@ from pathlib import Path
 
 from fdprof import dashboards
 from fdprof.dashboards import prometheus_api
-from fdprof.dashboards.queries import queries
 from fdprof.errors import FdprofError
 
 
@@ -22,14 +21,11 @@ def _verify(url: str, minutes: float, window: str) -> int:
     """Print every PromQL query that returns no finite sample over the last minutes."""
     end = time.time()
     empty = 0
-    for build in dashboards.BUILDERS.values():
-        for query in queries(build(), window):
-            if query.language != "promql":
-                continue
-            result = prometheus_api.query_range(url, query.text, end - minutes * 60, end, 5)
-            if not prometheus_api.finite_samples(result):
-                empty += 1
-                print(f"no data: {query}")
+    for query in dashboards.promql(window):
+        result = prometheus_api.query_range(url, query.text, end - minutes * 60, end, 5)
+        if not prometheus_api.finite_samples(result):
+            empty += 1
+            print(f"no data: {query}")
     print(f"{empty} of the dashboards' PromQL queries returned no data")
     return 1 if empty else 0
 

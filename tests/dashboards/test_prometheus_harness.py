@@ -10,7 +10,6 @@ from dataclasses import replace
 from pathlib import Path
 
 from fdprof import dashboards
-from fdprof.dashboards.queries import Query, queries
 from fdprof.probe import metric_names as M
 
 SERVER = Path(__file__).with_name("metrics_server.py")
@@ -18,21 +17,12 @@ SERVER = Path(__file__).with_name("metrics_server.py")
 WINDOW = "4s"
 
 
-def promql_queries() -> list[Query]:
-    return [
-        q
-        for build in dashboards.BUILDERS.values()
-        for q in queries(build(), WINDOW)
-        if q.language == "promql"
-    ]
-
-
 def test_every_panel_query_returns_data_from_a_real_metrics_process(prometheus, metrics_port):
     server = subprocess.Popen([sys.executable, str(SERVER), str(metrics_port), "60"])
     try:
         start = time.time()
         prom = prometheus([f"127.0.0.1:{metrics_port}"])
-        all_queries = promql_queries()
+        all_queries = dashboards.promql(WINDOW)
         missing = prom.wait_for_data(all_queries, start, timeout_s=45)
         assert not missing, "no data for:\n" + "\n".join(map(str, missing))
 
