@@ -10,6 +10,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from fdprof import dashboards
+from fdprof.dashboards import __main__ as cli
 from fdprof.probe import metric_names as M
 
 SERVER = Path(__file__).with_name("metrics_server.py")
@@ -17,7 +18,9 @@ SERVER = Path(__file__).with_name("metrics_server.py")
 WINDOW = "4s"
 
 
-def test_every_panel_query_returns_data_from_a_real_metrics_process(prometheus, metrics_port):
+def test_every_panel_query_returns_data_from_a_real_metrics_process(
+    prometheus, metrics_port, capsys
+):
     server = subprocess.Popen([sys.executable, str(SERVER), str(metrics_port), "60"])
     try:
         start = time.time()
@@ -30,6 +33,15 @@ def test_every_panel_query_returns_data_from_a_real_metrics_process(prometheus, 
         tokens = next(q for q in all_queries if name in q.text)
         renamed = replace(tokens, text=tokens.text.replace(name, "fd_tokens_generated_total"))
         assert prom.empty([renamed], start) == [renamed]
+
+        assert cli.main(["--verify", prom.url, "--minutes", "2", "--window", WINDOW]) == 0
+        assert "0 of the dashboards' PromQL queries returned no data" in capsys.readouterr().out
     finally:
         server.terminate()
         server.wait(timeout=10)
+
+
+def test_verify_against_no_prometheus_is_one_line_exit_2(metrics_port, capsys):
+    assert cli.main(["--verify", f"http://127.0.0.1:{metrics_port}"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("fdprof.dashboards: cannot reach Prometheus") and err.count("\n") == 1
