@@ -159,3 +159,14 @@ def accesses_from_attrs(attrs: pd.DataFrame) -> pd.DataFrame:
             "layer_hi": hi,
         },
     )
+
+
+def thread_lanes(pids: np.ndarray, tids: np.ndarray) -> np.ndarray:
+    """``"<pid>/<tid>"`` per row, formatted once per distinct thread."""
+    pids = np.asarray(pids, dtype=np.int64)
+    tids = np.asarray(tids, dtype=np.int64)
+    if not len(pids):
+        return np.zeros(0, dtype=object)
+    pairs, inverse = np.unique(np.stack([pids, tids], axis=1), axis=0, return_inverse=True)
+    texts = np.array([f"{p}/{t}" for p, t in pairs.tolist()], dtype=object)
+    return texts[inverse.reshape(-1)]

@@ -28,7 +28,8 @@ from fdprof.errors import FdprofError
 from fdprof.probe import records as R
 from fdprof.probe.recorder import CHUNK
 from fdprof.trace import conventions as C
-from fdprof.trace.model import Trace, frame
+from fdprof.trace.assemble import assemble
+from fdprof.trace.model import Trace
 
 MANIFEST = "run.json"
 RUN_FORMAT = "fdprof-run/1"
@@ -286,89 +287,51 @@ def _share_clock(files: list[_File]) -> None:
         f.offset_ns = common
 
 
-def _lanes(pids: np.ndarray, tids: np.ndarray) -> np.ndarray:
-    """``"<pid>/<tid>"`` per row, formatted once per distinct thread."""
-    keys = pids.astype(np.int64) << 32 | tids.astype(np.int64)
-    unique, inverse = np.unique(keys, return_inverse=True)
-    texts = np.array([f"{k >> 32}/{k & 0xFFFFFFFF}" for k in unique.tolist()], dtype=object)
-    return texts[inverse]
-
-
 def _build(trace: Trace, files: list[_File], by_pid: dict[int, dict[str, Any]]) -> None:
-    def cat(name: str) -> np.ndarray:
-        return np.concatenate([f.spans[name] for f in files])
+    def cat(table: str, name: str) -> np.ndarray:
+        return np.concatenate([getattr(f, table)[name] for f in files])
 
-    def cat_sync(name: str) -> np.ndarray:
-        return np.concatenate([f.syncs[name] for f in files])
+    def per_file(table: str, value) -> np.ndarray:
+        return np.concatenate([np.full(len(getattr(f, table)["tid"]), value(f)) for f in files])
 
     roles = {f.pid: by_pid.get(f.pid, {}).get("role") or f.role for f in files}
-    span_pid = np.concatenate([np.full(len(f.spans["span_id"]), f.pid) for f in files])
-    span_role = np.concatenate([np.full(len(f.spans["span_id"]), roles[f.pid]) for f in files])
-    attrs = C.attrs_frame(
-        np.concatenate([a[0] for f in files for a in f.attrs]),
-        np.concatenate([a[1] for f in files for a in f.attrs]),
-        np.concatenate([a[2] for f in files for a in f.attrs]),
-    )
-    span_id = cat("span_id")
-    parent_id = cat("parent_id")
+    span_id = cat("spans", "span_id")
+    parent_id = cat("spans", "parent_id").copy()
     trace_id = np.full(len(span_id), None, dtype=object)
-    link_rows = _contexts(files, span_id, parent_id, trace_id)
-    if link_rows:
-        links = C.attrs_frame(*zip(*link_rows, strict=True))
-        attrs = C.attrs_frame(
-            np.concatenate([attrs["span_id"].to_numpy(), links["span_id"].to_numpy()]),
-            np.concatenate([attrs["key"].to_numpy(object), links["key"].to_numpy(object)]),
-            np.concatenate([attrs["value"].to_numpy(object), links["value"].to_numpy(object)]),
+    links = _contexts(files, span_id, parent_id, trace_id)
+    attrs = [a for f in files for a in f.attrs]
+    attrs.append(
+        (
+            np.array([sid for sid, _ in links], dtype=np.int64),
+            np.full(len(links), C.LINKS, dtype=object),
+            np.array([C.attr_json(tps) for _, tps in links], dtype=object),
         )
-    spans = frame(
-        "spans",
-        {
-            "span_id": span_id,
-            "parent_id": parent_id,
-            "name": cat("name"),
-            "start": cat("start"),
-            "end": cat("end"),
-            "pid": span_pid,
-            "tid": cat("tid"),
-            "lane": np.full(len(span_id), None, dtype=object),
-            "role": span_role,
-            "step": np.full(len(span_id), -1, dtype=np.int64),
-            "trace_id": _inherit(span_id, parent_id, trace_id),
-        },
     )
-    C.span_columns(spans, attrs, pd.Series(_lanes(span_pid, spans["tid"].to_numpy())))
-    sync_pid = np.concatenate([np.full(len(f.syncs["op"]), f.pid) for f in files])
-    sync_tid = cat_sync("tid")
-    sync_span = cat_sync("span_id")
-    lane = _lanes(sync_pid, sync_tid)
-    overrides = C.override_lanes(attrs)
-    if len(overrides):
-        pos = pd.Index(overrides.index).get_indexer(sync_span)
-        lane = np.where(pos >= 0, overrides.to_numpy(object)[pos], lane)
-    trace.syncs = frame(
-        "syncs",
-        {
-            "op": cat_sync("op"),
-            "obj": cat_sync("obj"),
-            "seq": cat_sync("seq"),
-            "time": cat_sync("time"),
-            "pid": sync_pid,
-            "tid": sync_tid,
-            "lane": lane,
-            "span_id": sync_span,
-        },
-    )
-    trace.spans = spans
-    trace.attrs = attrs
-    trace.accesses = C.accesses_from_attrs(attrs)
-    trace.processes = frame(
-        "processes",
-        {
-            "pid": [f.pid for f in files],
-            "role": [roles[f.pid] for f in files],
-            "name": [by_pid.get(f.pid, {}).get("name") or roles[f.pid] for f in files],
-            "anchored": [True] * len(files),
-        },
+    spans = {
+        "span_id": span_id,
+        "parent_id": parent_id,
+        "name": cat("spans", "name"),
+        "start": cat("spans", "start"),
+        "end": cat("spans", "end"),
+        "pid": per_file("spans", lambda f: f.pid),
+        "tid": cat("spans", "tid"),
+        "role": per_file("spans", lambda f: roles[f.pid]),
+        "trace_id": _inherit(span_id, parent_id, trace_id),
+    }
+    syncs = {k: cat("syncs", k) for k in ("op", "obj", "seq", "time", "tid", "span_id")}
+    syncs["pid"] = per_file("syncs", lambda f: f.pid)
+    processes = {
+        "pid": [f.pid for f in files],
+        "role": [roles[f.pid] for f in files],
+        "name": [by_pid.get(f.pid, {}).get("name") or roles[f.pid] for f in files],
+        "anchored": [True] * len(files),
+    }
+    assemble(
+        trace,
+        spans,
+        tuple(np.concatenate([a[i] for a in attrs]) for i in range(3)),
+        syncs,
+        processes,
     )
     trace.meta["thread_names"] = {
         f"{f.pid}/{tid}": name for f in files for tid, name in f.thread_names.items()
@@ -380,7 +343,7 @@ def _build(trace: Trace, files: list[_File], by_pid: dict[int, dict[str, Any]]) 
 
 def _contexts(
     files: list[_File], span_id: np.ndarray, parent_id: np.ndarray, trace_id: np.ndarray
-) -> list[tuple[int, str, str]]:
+) -> list[tuple[int, list[str]]]:
     """Apply CONTEXT records: a remote parent sets ``trace_id`` (and ``parent_id`` when the
     span has no local parent); links become the ``fd.links`` attribute (traceparents)."""
     index = pd.Index(span_id)
@@ -398,7 +361,7 @@ def _contexts(
             trace_id[pos] = bytes(tid_bytes).hex()
             if parent_id[pos] == 0:
                 parent_id[pos] = np.uint64(remote).view(np.int64)
-    return [(sid, C.LINKS, C.attr_json(tps)) for sid, tps in links.items()]
+    return list(links.items())
 
 
 def _inherit(span_id: np.ndarray, parent_id: np.ndarray, trace_id: np.ndarray) -> np.ndarray:

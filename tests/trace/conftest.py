@@ -43,7 +43,7 @@ def _engine(run_dir: str, swaps: mp.Queue, done: mp.Queue, batches: mp.Queue) ->
     for step in range(STEPS):
         with p.span(STEP) as s:
             p.set_int(s, K_STEP, step)
-            with p.span(ISSUE, parent=s) as issue:
+            with p.span(ISSUE, s) as issue:
                 p.set_int(issue, K_TASK, step)
                 p.set_str(issue, K_DIR, "to_cpu")
                 p.release(Q_SWAP, step, issue)

@@ -1,0 +1,57 @@
+"""Turn a reader's raw columns into a validated :class:`Trace`, the same way for every format.
+
+Readers decode their format; this applies the attribute conventions (``fd.step``, ``fd.role``,
+``fd.lane``, ``kv.*``) and the lane rules once, so no reader re-implements them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from fdprof.trace import conventions as C
+from fdprof.trace.model import Trace, frame
+
+
+def assemble(
+    trace: Trace,
+    spans: dict[str, Any],
+    attrs: tuple[Any, Any, Any],
+    syncs: dict[str, Any],
+    processes: dict[str, Any],
+) -> Trace:
+    """Fill ``trace`` from raw columns.
+
+    ``spans`` has every span column but ``lane`` and ``step`` (derived here; ``role`` is the
+    default used where ``fd.role`` is absent). ``syncs`` has every sync column; a ``lane`` entry
+    that is None means the owning span's ``fd.lane``, else the host thread.
+    """
+    attrs_df = C.attrs_frame(*attrs)
+    n = len(spans["span_id"])
+    cols = dict(spans)
+    cols.setdefault("lane", np.full(n, None, dtype=object))
+    cols["step"] = np.full(n, -1, dtype=np.int64)
+    spans_df = frame("spans", cols)
+    default = C.thread_lanes(spans_df["pid"].to_numpy(), spans_df["tid"].to_numpy())
+    C.span_columns(spans_df, attrs_df, pd.Series(default))
+    trace.spans = spans_df
+    trace.attrs = attrs_df
+    trace.accesses = C.accesses_from_attrs(attrs_df)
+    trace.syncs = frame("syncs", syncs | {"lane": _sync_lanes(syncs, attrs_df)})
+    trace.processes = frame("processes", processes)
+    return trace
+
+
+def _sync_lanes(syncs: dict[str, Any], attrs: pd.DataFrame) -> np.ndarray:
+    lane = np.asarray(syncs.get("lane", np.full(len(syncs["op"]), None)), dtype=object)
+    unset = np.equal(lane, None)
+    if not unset.any():
+        return lane
+    fallback = C.thread_lanes(syncs["pid"], syncs["tid"])
+    overrides = C.override_lanes(attrs)
+    if len(overrides):
+        pos = pd.Index(overrides.index).get_indexer(np.asarray(syncs["span_id"], dtype=np.int64))
+        fallback = np.where(pos >= 0, overrides.to_numpy(object)[pos], fallback)
+    return np.where(unset, fallback, lane)
