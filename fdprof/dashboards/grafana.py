@@ -41,10 +41,7 @@ def label_variable(name: str, label: str, datasource: dict, metric: str, label_n
         "type": "query",
         "datasource": datasource,
         "definition": f"label_values({metric}, {label_name})",
-        "query": {
-            "query": f"label_values({metric}, {label_name})",
-            "refId": f"{name}-values",
-        },
+        "query": f"label_values({metric}, {label_name})",
         "refresh": 2,
         "multi": True,
         "includeAll": True,
