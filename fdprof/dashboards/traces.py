@@ -12,7 +12,7 @@ from fdprof.dashboards.promql import filter_variables, legend, quantile
 from fdprof.probe import metric_names as M
 
 UID = "fdprof-traces"
-PROM = G.ds_ref("metrics", "prometheus")
+PROM = G.ds_ref("datasource", "prometheus")
 TEMPO = G.ds_ref("traces", "tempo")
 #: dashboard variable → resource attribute every fdprof process reports (``ProbeConfig.resource``)
 RESOURCE_FILTERS = {"kv_lock": "resource.fd.kv_lock", "dp_rank": "resource.fd.dp_rank"}
@@ -65,7 +65,7 @@ def _panels() -> list[tuple[str, list[tuple[G.Panel, dict]]]]:
 def build() -> dict:
     variables = [
         G.datasource_variable("traces", "tempo", "Tempo"),
-        G.datasource_variable("metrics", "prometheus", "Prometheus"),
+        G.datasource_variable("datasource", "prometheus", "Prometheus"),
         *filter_variables(PROM),
         G.textbox_variable("swap_min", "Slow swap over", "20ms"),
         G.textbox_variable("step_min", "Slow step over", "100ms"),
