@@ -13,19 +13,19 @@ from __future__ import annotations
 
 import itertools
 import os
-import time
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 
 from fdprof.probe import records as R
 from fdprof.probe.config import ProbeConfig
 from fdprof.probe.context import format_traceparent, parse_traceparent
-from fdprof.probe.recorder import Recorder
+from fdprof.probe.recorder import PID_SHIFT, open_recorder
 
 
-@dataclass(frozen=True)
+# eq=False: handles hash by identity, so the recorder's per-handle id cache is a C-speed lookup
+@dataclass(frozen=True, eq=False)
 class Name:
     """An interned span name with the category its NVTX range is filed under."""
 
@@ -33,12 +33,12 @@ class Name:
     category: str
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Key:
     text: str
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Obj:
     """A synchronisation object (``lock:kv``, ``queue:swap``, ``signal:swap_done`` ...)."""
 
@@ -57,28 +57,26 @@ def obj(text: str) -> Obj:
     return Obj(text)
 
 
-_PID_SHIFT = 40
-
-
 class Probe:
-    """One process's probe. Span ids are unique per run: ``pid << 40 | counter``."""
+    """One process's probe. Span ids are unique per run: ``pid << 40 | counter``.
 
-    def __init__(self, recorder: Recorder | None = None, nvtx_sink=None) -> None:
+    With the recorder as the only sink, ``begin``/``end``/``span``/``set_*``/``release``/
+    ``acquire`` are the recorder's own (C) methods, bound on the instance: no Python frame
+    between the engine and the record. With NVTX on, the methods below fan out to both.
+    """
+
+    def __init__(self, recorder=None, nvtx_sink=None) -> None:
         self._rec = recorder
         self._nvtx = nvtx_sink
-        self._ids = itertools.count((os.getpid() << _PID_SHIFT) + 1)
-        self._ids_of: dict[object, int] = {}
+        self._ids = itertools.count((os.getpid() << PID_SHIFT) + 1)
+        self._rooted: set[int] = set()
+        if recorder is not None and nvtx_sink is None:
+            for method in _RECORDER_METHODS:
+                setattr(self, method, getattr(recorder, method))
 
     @property
     def enabled(self) -> bool:
         return self._rec is not None or self._nvtx is not None
-
-    def _id(self, handle: Name | Key | Obj) -> int:
-        iid = self._ids_of.get(handle)
-        if iid is None:
-            iid = self._rec.intern(handle.text) if self._rec is not None else len(self._ids_of) + 1
-            self._ids_of[handle] = iid
-        return iid
 
     def name_thread(self, thread_name: str) -> None:
         if self._rec is not None:
@@ -86,55 +84,51 @@ class Probe:
 
     def begin(self, span_name: Name, parent: int = 0) -> int:
         """Start a span (it may end on another thread); returns its id."""
-        sid = next(self._ids)
-        t0 = time.monotonic_ns()
-        if self._rec is not None:
-            self._rec.span_begin(sid, parent, self._id(span_name), t0)
+        sid = self._rec.begin(span_name, parent) if self._rec is not None else next(self._ids)
         if self._nvtx is not None:
             self._nvtx.begin(sid, span_name)
         return sid
 
     def end(self, sid: int) -> None:
-        t1 = time.monotonic_ns()
         if self._nvtx is not None:
             self._nvtx.end(sid)
         if self._rec is not None:
-            self._rec.span_end(sid, t1)
+            self._rec.end(sid)
 
-    @contextmanager
-    def span(self, span_name: Name, parent: int = 0) -> Iterator[int]:
-        sid = self.begin(span_name, parent)
-        try:
-            yield sid
-        finally:
-            self.end(sid)
+    def span(self, span_name: Name, parent: int = 0) -> AbstractContextManager[int]:
+        """``with probe.span(NAME) as sid:``; the span ends when the block exits."""
+        return _Span(self, span_name, parent)
 
     def set_int(self, sid: int, k: Key, value: int) -> None:
         if self._rec is not None:
-            self._rec.attr_int(sid, self._id(k), value)
+            self._rec.set_int(sid, k, value)
 
     def set_float(self, sid: int, k: Key, value: float) -> None:
         if self._rec is not None:
-            self._rec.attr_float(sid, self._id(k), value)
+            self._rec.set_float(sid, k, value)
 
     def set_str(self, sid: int, k: Key, value: str) -> None:
         if self._rec is not None:
-            self._rec.attr_str(sid, self._id(k), value)
+            self._rec.set_str(sid, k, value)
 
     def set_ints(self, sid: int, k: Key, values: Sequence[int]) -> None:
         """A list attribute, e.g. the block ids of ``kv.gpu_read``."""
         if self._rec is not None:
-            self._rec.attr_ints(sid, self._id(k), values)
+            self._rec.set_ints(sid, k, values)
 
     def release(self, o: Obj, seq: int = R.NO_SEQ, sid: int = 0) -> None:
         """This thread publishes everything it did so far on ``o`` (generation ``seq``)."""
         if self._rec is not None:
-            self._rec.sync(sid, self._id(o), R.SyncOp.RELEASE, seq, time.monotonic_ns())
+            self._rec.release(o, seq, sid)
+        if self._nvtx is not None:
+            self._nvtx.sync(o, R.SyncOp.RELEASE, seq)
 
     def acquire(self, o: Obj, seq: int = R.NO_SEQ, sid: int = 0) -> None:
         """This thread has observed the release of ``o`` with the same ``seq``."""
         if self._rec is not None:
-            self._rec.sync(sid, self._id(o), R.SyncOp.ACQUIRE, seq, time.monotonic_ns())
+            self._rec.acquire(o, seq, sid)
+        if self._nvtx is not None:
+            self._nvtx.sync(o, R.SyncOp.ACQUIRE, seq)
 
     def link_context(self, sid: int, traceparent: str, link: bool = False) -> None:
         """Attach a W3C ``traceparent`` received in a message to span ``sid``: as its parent,
@@ -144,12 +138,49 @@ class Probe:
             self._rec.context(sid, trace_id, span_id, link)
 
     def traceparent(self, sid: int, trace_id: bytes) -> str:
-        """The W3C ``traceparent`` naming span ``sid`` of ``trace_id``, to put in a message."""
+        """The W3C ``traceparent`` naming span ``sid`` of ``trace_id``, to put in a message.
+
+        The first call for a span records that ``sid`` belongs to ``trace_id`` (a CONTEXT
+        record with remote span 0: "trace id only, no parent"), so the exported root span
+        carries the trace id its remote children name."""
+        if self._rec is not None and sid not in self._rooted:
+            self._rooted.add(sid)
+            self._rec.context(sid, trace_id, 0, False)
         return format_traceparent(trace_id, sid)
 
     def close(self) -> None:
         if self._rec is not None:
             self._rec.close()
+
+
+_RECORDER_METHODS = (
+    "begin",
+    "end",
+    "span",
+    "set_int",
+    "set_float",
+    "set_str",
+    "set_ints",
+    "release",
+    "acquire",
+)
+
+
+class _Span:
+    __slots__ = ("_probe", "_name", "_parent", "_sid")
+
+    def __init__(self, probe: Probe, span_name: Name, parent: int) -> None:
+        self._probe = probe
+        self._name = span_name
+        self._parent = parent
+
+    def __enter__(self) -> int:
+        self._sid = self._probe.begin(self._name, self._parent)
+        return self._sid
+
+    def __exit__(self, *exc) -> bool:
+        self._probe.end(self._sid)
+        return False
 
 
 _NOOP = Probe()
@@ -162,12 +193,12 @@ def configure(config: ProbeConfig, role: str, dp_rank: int = 0) -> Probe:
     recorder = None
     if config.run_dir is not None:
         path = Path(config.run_dir) / f"{role}-{dp_rank}-{os.getpid()}.rec"
-        recorder = Recorder(path, role)
+        recorder = open_recorder(path, role)
     nvtx_sink = None
     if config.nvtx:
-        from fdprof.probe.nvtx_sink import NvtxSink
+        from fdprof.probe.nvtx_sink import open_nvtx_sink
 
-        nvtx_sink = NvtxSink()
+        nvtx_sink = open_nvtx_sink()
     _current = Probe(recorder, nvtx_sink)
     return _current
 

@@ -3,20 +3,35 @@
 Writing into a shared file mapping means a record is in the page cache the moment it is
 written: a process killed with SIGKILL or leaving through ``os._exit`` loses nothing that it
 recorded, and the hot path makes no system call. The file grows in chunks; a record never
-straddles a chunk, and a zero kind byte means "rest of this chunk unused".
+straddles a chunk, and a zero kind byte means "rest of this chunk unused". A record's payload
+is written before its header, so a reader tailing the live file never sees half a record.
+
+This is the pure-Python twin of the C extension ``fdprof.probe._recorder`` (same format, same
+methods, same tests); :func:`open_recorder` picks one. Besides the low-level record writers,
+both offer the handle methods (``begin``/``end``/``span``/``set_*``/``release``/``acquire``)
+that :class:`fdprof.probe.api.Probe` binds directly when the recorder is its only sink.
 """
 
 from __future__ import annotations
 
+import array
+import itertools
 import mmap
 import os
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from fdprof.probe import records as R
 
 CHUNK = 1 << 20
+#: span ids are unique per run: ``pid << PID_SHIFT | counter``
+PID_SHIFT = 40
+#: the record header's u16 length bounds a payload
+MAX_PAYLOAD = 0xFFFF
+#: ``FDPROF_RECORDER=python`` selects this twin even where the C extension is built
+RECORDER_ENV = "FDPROF_RECORDER"
 
 
 class Recorder:
@@ -31,7 +46,8 @@ class Recorder:
         self._off = 0
         self._base = 0
         self._strings: dict[str, int] = {}
-        self._threads_named: set[int] = set()
+        self._handles: dict[object, int] = {}
+        self._ids = itertools.count((os.getpid() << PID_SHIFT) + 1)
         self.records = 0
         self._grow()
         header = R.FILE_HEADER.pack(
@@ -56,40 +72,51 @@ class Recorder:
         self.records += 1
         return off
 
-    def _put(self, kind: int, layout, *fields, flags: int = 0) -> None:
-        size = R.RECORD_HEADER.size + layout.size
+    def _write(self, kind: int, layout, fields: tuple, tail: bytes = b"", flags: int = 0) -> None:
+        """One record: payload (fixed ``layout`` fields, then ``tail``) first, header last."""
         with self._lock:
-            off = self._reserve(size)
-            buf = self._buf
-            R.RECORD_HEADER.pack_into(buf, off, kind, flags, layout.size, threading.get_native_id())
-            layout.pack_into(buf, off + R.RECORD_HEADER.size, *fields)
+            self._emit(kind, layout, fields, tail, flags)
+
+    def _emit(self, kind: int, layout, fields: tuple, tail: bytes, flags: int) -> None:
+        """:meth:`_write` with the lock held."""
+        if self._buf is None:
+            raise ValueError("recorder is closed")
+        length = layout.size + len(tail)
+        off = self._reserve(R.RECORD_HEADER.size + length)
+        buf = self._buf
+        body = off + R.RECORD_HEADER.size
+        layout.pack_into(buf, body, *fields)
+        if tail:
+            buf[body + layout.size : body + length] = tail
+        # kind byte last: struct packs field by field, so the header must not go in one call
+        header = R.RECORD_HEADER.pack(kind, flags, length, threading.get_native_id())
+        buf[off + 1 : off + R.RECORD_HEADER.size] = header[1:]
+        buf[off] = kind
+
+    def _put(self, kind: int, layout, *fields, flags: int = 0) -> None:
+        self._write(kind, layout, fields, flags=flags)
 
     def intern(self, text: str) -> int:
         """Id of ``text`` in this file; writes its STRING record the first time."""
         sid = self._strings.get(text)
         if sid is not None:
             return sid
-        data = text.encode()
+        data = _truncate_utf8(text.encode(), MAX_PAYLOAD - R.STRING.size)
         with self._lock:
             sid = self._strings.get(text)
             if sid is not None:
                 return sid
             sid = len(self._strings) + 1
-            size = R.RECORD_HEADER.size + R.STRING.size + len(data)
-            off = self._reserve(size)
-            R.RECORD_HEADER.pack_into(
-                self._buf,
-                off,
-                R.Kind.STRING,
-                0,
-                R.STRING.size + len(data),
-                threading.get_native_id(),
-            )
-            R.STRING.pack_into(self._buf, off + R.RECORD_HEADER.size, sid)
-            start = off + R.RECORD_HEADER.size + R.STRING.size
-            self._buf[start : start + len(data)] = data
+            self._emit(R.Kind.STRING, R.STRING, (sid,), data, 0)
             self._strings[text] = sid
         return sid
+
+    def handle_id(self, handle) -> int:
+        """Id of a ``Name``/``Key``/``Obj`` handle's text, cached per handle object."""
+        iid = self._handles.get(handle)
+        if iid is None:
+            iid = self._handles[handle] = self.intern(handle.text)
+        return iid
 
     def name_thread(self, name: str) -> None:
         self._put(R.Kind.THREAD_NAME, R.THREAD_NAME, self.intern(name))
@@ -109,23 +136,9 @@ class Recorder:
     def attr_str(self, span_id: int, key_id: int, value: str) -> None:
         self._put(R.Kind.ATTR_STR, R.ATTR_STR, span_id, key_id, self.intern(value))
 
-    def attr_ints(self, span_id: int, key_id: int, values) -> None:
-        data = bytes(memoryview(_as_i32(values)).cast("B"))
-        size = R.RECORD_HEADER.size + R.ATTR_INTS.size + len(data)
-        with self._lock:
-            off = self._reserve(size)
-            buf = self._buf
-            R.RECORD_HEADER.pack_into(
-                buf,
-                off,
-                R.Kind.ATTR_INTS,
-                0,
-                size - R.RECORD_HEADER.size,
-                threading.get_native_id(),
-            )
-            R.ATTR_INTS.pack_into(buf, off + R.RECORD_HEADER.size, span_id, key_id, len(data) // 4)
-            start = off + R.RECORD_HEADER.size + R.ATTR_INTS.size
-            buf[start : start + len(data)] = data
+    def attr_ints(self, span_id: int, key_id: int, values: Sequence[int]) -> None:
+        ints = _as_i32(values)[:_MAX_INTS]
+        self._write(R.Kind.ATTR_INTS, R.ATTR_INTS, (span_id, key_id, len(ints)), ints.tobytes())
 
     def sync(self, span_id: int, obj_id: int, op: int, seq: int, t: int) -> None:
         self._put(R.Kind.SYNC, R.SYNC, span_id, obj_id, op, seq, t)
@@ -133,6 +146,38 @@ class Recorder:
     def context(self, span_id: int, trace_id: bytes, remote_span: int, link: bool) -> None:
         flags = R.CONTEXT_LINK if link else R.CONTEXT_PARENT
         self._put(R.Kind.CONTEXT, R.CONTEXT, span_id, trace_id, remote_span, flags=flags)
+
+    # -- handle methods: what Probe binds directly when the recorder is its only sink --
+
+    def begin(self, name, parent: int = 0) -> int:
+        """Start a span named by handle ``name`` (it may end on another thread); its id."""
+        sid = next(self._ids)
+        self.span_begin(sid, parent, self.handle_id(name), time.monotonic_ns())
+        return sid
+
+    def end(self, sid: int) -> None:
+        self.span_end(sid, time.monotonic_ns())
+
+    def span(self, name, parent: int = 0) -> _Span:
+        return _Span(self, name, parent)
+
+    def set_int(self, sid: int, key, value: int) -> None:
+        self.attr_int(sid, self.handle_id(key), value)
+
+    def set_float(self, sid: int, key, value: float) -> None:
+        self.attr_float(sid, self.handle_id(key), value)
+
+    def set_str(self, sid: int, key, value: str) -> None:
+        self.attr_str(sid, self.handle_id(key), value)
+
+    def set_ints(self, sid: int, key, values: Sequence[int]) -> None:
+        self.attr_ints(sid, self.handle_id(key), values)
+
+    def release(self, obj, seq: int = R.NO_SEQ, sid: int = 0) -> None:
+        self.sync(sid, self.handle_id(obj), R.SyncOp.RELEASE, seq, time.monotonic_ns())
+
+    def acquire(self, obj, seq: int = R.NO_SEQ, sid: int = 0) -> None:
+        self.sync(sid, self.handle_id(obj), R.SyncOp.ACQUIRE, seq, time.monotonic_ns())
 
     def close(self) -> None:
         """Unmap and trim the file to the bytes written."""
@@ -148,9 +193,48 @@ class Recorder:
             os.close(self._fd)
 
 
-def _as_i32(values):
-    import array
+class _Span:
+    """``with recorder.span(name) as sid:`` (a class, not a generator: half the cost)."""
 
+    __slots__ = ("_rec", "_name", "_parent", "_sid")
+
+    def __init__(self, rec: Recorder, name, parent: int) -> None:
+        self._rec = rec
+        self._name = name
+        self._parent = parent
+
+    def __enter__(self) -> int:
+        self._sid = self._rec.begin(self._name, self._parent)
+        return self._sid
+
+    def __exit__(self, *exc) -> bool:
+        self._rec.end(self._sid)
+        return False
+
+
+_MAX_INTS = (MAX_PAYLOAD - R.ATTR_INTS.size) // 4
+
+
+def _as_i32(values) -> array.array:
     if isinstance(values, array.array) and values.typecode == "i":
         return values
     return array.array("i", values)
+
+
+def _truncate_utf8(data: bytes, limit: int) -> bytes:
+    """``data`` cut to at most ``limit`` bytes on a character boundary."""
+    if len(data) <= limit:
+        return data
+    return data[:limit].decode(errors="ignore").encode()
+
+
+def open_recorder(path: str | os.PathLike, role: str):
+    """The C recorder where it is built (unless ``FDPROF_RECORDER=python``), else this twin."""
+    if os.environ.get(RECORDER_ENV, "c") != "python":
+        try:
+            from fdprof.probe._recorder import Recorder as CRecorder
+        except ImportError:
+            pass
+        else:
+            return CRecorder(path, role)
+    return Recorder(path, role)
