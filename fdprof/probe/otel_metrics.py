@@ -1,0 +1,151 @@
+"""Metrics derived from finished spans, exported two ways: OTLP (one MeterProvider per engine
+process, carrying that process's resource) and a Prometheus scrape endpoint.
+
+Names and labels come from :mod:`fdprof.probe.metric_names`, shared with the dashboards.
+Every series carries ``kv_lock``, ``dp_rank`` and ``role`` as labels (``COMMON_LABELS``).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable
+
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import MetricExporter, PeriodicExportingMetricReader
+from opentelemetry.sdk.metrics.view import ExplicitBucketHistogramAggregation, View
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import ReadableSpan
+
+from fdprof.probe import metric_names as M
+
+#: histogram buckets in seconds, shared by both exports so their quantiles agree
+BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0)
+_NS = 1e-9
+#: execute_model/swap intervals kept per DP rank for the overlap counter
+_OVERLAP_WINDOW = 512
+
+Observation = tuple[M.Metric, float, dict[str, str]]
+
+
+def observations(span: ReadableSpan, labels: dict[str, str]) -> list[Observation]:
+    """What one finished span adds to the metrics."""
+    attrs = span.attributes or {}
+    seconds = (span.end_time - span.start_time) * _NS
+    if span.name == "swap":
+        direction = str(attrs.get("swap.direction", "unknown"))
+        blocks = attrs.get("swap.blocks")
+        if blocks is None:
+            blocks = len(attrs.get("kv.gpu_read", ()) or attrs.get("kv.gpu_write", ()))
+        by_dir = {**labels, "direction": direction}
+        return [
+            (M.SWAP_DURATION, seconds, by_dir),
+            (M.SWAPPED_BLOCKS, float(blocks), by_dir),
+            (M.SWAP_TIME, seconds, labels),
+        ]
+    if span.name == "execute_model":
+        out: list[Observation] = [(M.EXECUTE_MODEL_DURATION, seconds, labels)]
+        if "batch.size" in attrs:  # one token per sequence per step
+            out.append((M.GENERATED_TOKENS, float(attrs["batch.size"]), labels))
+        return out
+    if span.name == "lock_wait":
+        holder = str(attrs.get("lock.holder", labels.get("role", "unknown")))
+        return [(M.LOCK_WAIT, seconds, {**labels, "holder": holder})]
+    if span.name == "step":
+        return [(M.STEP_DURATION, seconds, labels)]
+    return []
+
+
+class Overlap:
+    """Swap time overlapped with ``execute_model`` of the same DP rank. Each pair of intervals
+    counts once, when the second of the two is seen (processes are tailed independently)."""
+
+    def __init__(self) -> None:
+        self._swaps: dict[str, deque] = {}
+        self._execs: dict[str, deque] = {}
+
+    def add(self, span: ReadableSpan, dp_rank: str) -> float:
+        """Seconds of overlap this span adds (0 for other span names)."""
+        if span.name not in ("swap", "execute_model"):
+            return 0.0
+        mine, other = (
+            (self._swaps, self._execs) if span.name == "swap" else (self._execs, self._swaps)
+        )
+        t0, t1 = span.start_time, span.end_time
+        overlap = sum(max(0, min(t1, b) - max(t0, a)) for a, b in other.get(dp_rank, ()))
+        mine.setdefault(dp_rank, deque(maxlen=_OVERLAP_WINDOW)).append((t0, t1))
+        return overlap * _NS
+
+
+def _views() -> list[View]:
+    return [
+        View(
+            instrument_name=m.otel_name,
+            aggregation=ExplicitBucketHistogramAggregation(list(BUCKETS)),
+        )
+        for m in M.ALL
+        if m.kind == "histogram"
+    ]
+
+
+class OtelMetrics:
+    """One MeterProvider (and resource) for one engine process, exporting over OTLP."""
+
+    def __init__(self, resource: Resource, exporter: MetricExporter, interval_s: float) -> None:
+        reader = PeriodicExportingMetricReader(
+            exporter, export_interval_millis=interval_s * 1000, export_timeout_millis=5000
+        )
+        self.provider = MeterProvider(metric_readers=[reader], resource=resource, views=_views())
+        meter = self.provider.get_meter("fdprof.probe")
+        self._instruments = {}
+        for m in M.ALL:
+            if m.kind == "histogram":
+                inst = meter.create_histogram(m.otel_name, unit=m.unit, description=m.description)
+            else:
+                inst = meter.create_counter(m.otel_name, unit=m.unit, description=m.description)
+            self._instruments[m.otel_name] = inst
+
+    def record(self, obs: Iterable[Observation]) -> None:
+        for metric, value, labels in obs:
+            inst = self._instruments[metric.otel_name]
+            if metric.kind == "histogram":
+                inst.record(value, labels)
+            else:
+                inst.add(value, labels)
+
+    def shutdown(self, timeout_s: float) -> None:
+        """Final collection and export, bounded by ``timeout_s``."""
+        self.provider.shutdown(timeout_millis=timeout_s * 1000)
+
+
+class PromMetrics:
+    """The same metrics on a Prometheus scrape endpoint (``--metrics-port``)."""
+
+    def __init__(self, port: int, addr: str = "0.0.0.0") -> None:
+        import prometheus_client as pc
+
+        self.registry = pc.CollectorRegistry(auto_describe=True)
+        self._metrics = {}
+        for m in M.ALL:
+            labels = (*M.COMMON_LABELS, *m.labels)
+            if m.kind == "histogram":
+                metric = pc.Histogram(
+                    m.prom_name, m.description, labels, registry=self.registry, buckets=BUCKETS
+                )
+            else:
+                metric = pc.Counter(m.prom_name, m.description, labels, registry=self.registry)
+            self._metrics[m.otel_name] = (metric, labels)
+        self._server, self._thread = pc.start_http_server(port, addr, registry=self.registry)
+        self.port = self._server.server_address[1]
+
+    def record(self, obs: Iterable[Observation]) -> None:
+        for metric, value, labels in obs:
+            prom, names = self._metrics[metric.otel_name]
+            child = prom.labels(*(labels.get(n, "") for n in names))
+            if metric.kind == "histogram":
+                child.observe(value)
+            else:
+                child.inc(value)
+
+    def shutdown(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()

@@ -1,0 +1,225 @@
+"""The OpenTelemetry sink end to end with real processes: records tailed by the observer,
+sent over OTLP/HTTP protobuf to a real receiver started here, and on a Prometheus endpoint."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import threading
+import urllib.request
+from pathlib import Path
+
+import pytest
+from otlp_receiver import Receiver, attrs
+
+from fdprof import probe
+from fdprof.errors import FdprofError
+from fdprof.probe.context import trace_id_for
+from fdprof.probe.otel_export import OtelExportObserver, observers_for
+
+REQUEST = probe.name("request", "engine")
+STEP = probe.name("step", "engine")
+ISSUE = probe.name("issue_swap_task", "cache_manager")
+SWAP = probe.name("swap", "transfer")
+EXEC = probe.name("execute_model", "worker")
+LOCK_WAIT = probe.name("lock_wait", "lock")
+DIRECTION = probe.key("swap.direction")
+BLOCKS = probe.key("swap.blocks")
+GPU_READ, GPU_WRITE = probe.key("kv.gpu_read"), probe.key("kv.gpu_write")
+CPU_WRITE = probe.key("kv.cpu_write")
+BATCH = probe.key("batch.size")
+HOLDER = probe.key("lock.holder")
+QUEUE = probe.obj("queue:swap")
+
+N_REQ = 4
+#: per request: request, step, lock_wait, issue_swap_task, swap, execute_model
+SPANS = 6 * N_REQ
+
+
+def _engine(run_dir, to_transfer, to_worker, go) -> None:
+    p = probe.configure(probe.ProbeConfig(run_dir=run_dir), "engine")
+    go.wait()
+    reqs = []
+    for r in range(N_REQ):
+        sid = p.begin(REQUEST)
+        reqs.append((sid, p.traceparent(sid, trace_id_for("test", r))))
+    for r, (rsid, tp) in enumerate(reqs):
+        with p.span(STEP) as step:
+            with p.span(LOCK_WAIT, step) as w:
+                p.set_str(w, HOLDER, "worker")
+            with p.span(ISSUE, rsid) as issue:
+                p.set_str(issue, DIRECTION, "to_cpu")
+                p.release(QUEUE, r, issue)
+                to_transfer.put((r, p.traceparent(issue, trace_id_for("test", r))))
+            to_worker.put(tp)
+    for rsid, _ in reqs:
+        p.end(rsid)
+    to_transfer.put(None)
+    to_worker.put(None)
+    probe.shutdown()
+
+
+def _transfer(run_dir, inbox, go) -> None:
+    p = probe.configure(probe.ProbeConfig(run_dir=run_dir), "transfer")
+    go.wait()
+    while (msg := inbox.get()) is not None:
+        task, tp = msg
+        p.acquire(QUEUE, task)
+        with p.span(SWAP) as sid:
+            p.link_context(sid, tp)
+            p.set_str(sid, DIRECTION, "to_cpu")
+            p.set_int(sid, BLOCKS, 2)
+            p.set_ints(sid, GPU_READ, [task, task + 10])
+            p.set_ints(sid, CPU_WRITE, [task])
+    os._exit(0)  # leaves without closing: the records are already in the file
+
+
+def _worker(run_dir, inbox, go) -> None:
+    p = probe.configure(probe.ProbeConfig(run_dir=run_dir), "worker")
+    go.wait()
+    while (tp := inbox.get()) is not None:
+        with p.span(EXEC) as sid:
+            p.link_context(sid, tp, link=True)
+            p.set_int(sid, BATCH, 3)
+            p.set_ints(sid, GPU_WRITE, [1, 2, 3])
+    probe.shutdown()
+
+
+def run_processes(run_dir: Path, observers) -> list[dict]:
+    """Three real spawned processes; observers start once their pids are known."""
+    ctx = mp.get_context("spawn")
+    go = ctx.Event()
+    to_transfer, to_worker = ctx.Queue(), ctx.Queue()
+    procs = {
+        "engine": ctx.Process(target=_engine, args=(str(run_dir), to_transfer, to_worker, go)),
+        "transfer": ctx.Process(target=_transfer, args=(str(run_dir), to_transfer, go)),
+        "worker": ctx.Process(target=_worker, args=(str(run_dir), to_worker, go)),
+    }
+    for proc in procs.values():
+        proc.start()
+    infos = [
+        {"pid": p.pid, "role": role, "name": role, "dp_rank": 0, "record": f"{role}-0-{p.pid}.rec"}
+        for role, p in procs.items()
+    ]
+    for obs in observers:
+        obs.start(run_dir, infos)
+    go.set()
+    for proc in procs.values():
+        proc.join(60)
+        assert proc.exitcode == 0
+    return infos
+
+
+def test_spans_resources_links_and_metrics_over_otlp(tmp_path, impl, monkeypatch):
+    monkeypatch.setenv("OTEL_METRIC_EXPORT_INTERVAL", "100000")  # one export, at stop
+    config = probe.ProbeConfig(
+        run_dir=str(tmp_path), metrics_port=0, resource={"fd.kv_lock": "ipc"}
+    )
+    with Receiver() as rx:
+        config = probe.ProbeConfig(**{**config.__dict__, "otlp_endpoint": rx.endpoint})
+        (obs,) = observers_for(config)
+        infos = run_processes(tmp_path, [obs])
+        obs._stop.wait(0.5)  # let the tailer catch up before scraping
+        scrape = urllib.request.urlopen(
+            f"http://127.0.0.1:{obs.prometheus.port}/metrics", timeout=30
+        ).read()
+        obs.stop()
+        spans = rx.spans()
+        metric_names = rx.metric_names()
+    pids = {i["role"]: i["pid"] for i in infos}
+    assert obs.stats["spans_dropped"] == 0
+    assert obs.stats["spans_exported"] == len(spans) == SPANS
+    by_role = {}
+    for res, span in spans:
+        by_role.setdefault(res["fd.role"], []).append((res, span))
+        assert res["process.pid"] == pids[res["fd.role"]]
+        assert res["service.instance.id"] == f"{res['fd.role']}-0-{res['process.pid']}"
+        assert res["fd.kv_lock"] == "ipc" and res["service.name"] == "fdprof-engine"
+    assert set(by_role) == {"engine", "transfer", "worker"}
+    named = {}
+    for _, s in spans:
+        named.setdefault(s.name, []).append(s)
+    swap = named["swap"][0]
+    assert attrs(swap)["kv.gpu_read"] == [0, 10] and attrs(swap)["kv.cpu_write"] == [0]
+    assert attrs(named["execute_model"][0])["kv.gpu_write"] == [1, 2, 3]
+    issue_by_id = {s.span_id: s for s in named["issue_swap_task"]}
+    req_by_id = {s.span_id: s for s in named["request"]}
+    for s in named["swap"]:  # remote parent: the issuing span in the engine process
+        parent = issue_by_id[s.parent_span_id]
+        assert s.trace_id == parent.trace_id
+        assert req_by_id[parent.parent_span_id].trace_id == s.trace_id  # one trace per request
+    for s in named["execute_model"]:  # links, not parents, to the request it served
+        assert not s.parent_span_id
+        (link,) = s.links
+        assert link.span_id in req_by_id and link.trace_id == req_by_id[link.span_id].trace_id
+    assert len({s.trace_id for s in named["request"]}) == N_REQ
+    issue = named["issue_swap_task"][0]
+    assert [e.name for e in issue.events] == ["release"]
+    for s in named["lock_wait"]:
+        assert named["step"] and s.parent_span_id in {x.span_id for x in named["step"]}
+    assert {"fd.swap.duration", "fd.execute_model.duration", "fd.step.duration"} <= metric_names
+    assert {"fd.lock.wait", "fd.swapped_blocks", "fd.generated_tokens"} <= metric_names
+    text = scrape.decode()
+    assert 'fd_swapped_blocks_total{direction="to_cpu",dp_rank="0",kv_lock="ipc",' in text
+    assert (
+        f'fd_generated_tokens_total{{dp_rank="0",kv_lock="ipc",role="worker"}} {3.0 * N_REQ}'
+        in (text)
+    )
+    assert 'fd_lock_wait_seconds_count{dp_rank="0",holder="worker",kv_lock="ipc"' in text
+
+
+def _closed_port() -> str:
+    import socket
+
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return f"http://127.0.0.1:{port}"
+
+
+def _stop_in_thread(obs) -> bool:
+    """stop() returns (the test fails, rather than hangs, if it does not)."""
+    t = threading.Thread(target=obs.stop, daemon=True)
+    t.start()
+    t.join(120)
+    return not t.is_alive()
+
+
+def test_unreachable_endpoint_does_not_hang_and_counts_drops(tmp_path, monkeypatch):
+    monkeypatch.setenv("OTEL_BSP_EXPORT_TIMEOUT", "2000")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TIMEOUT", "2")
+    config = probe.ProbeConfig(run_dir=str(tmp_path), otlp_endpoint=_closed_port())
+    (obs,) = observers_for(config)
+    run_processes(tmp_path, [obs])
+    assert _stop_in_thread(obs)
+    assert obs.stats["spans_exported"] == 0
+    assert obs.stats["spans_dropped"] == obs.stats["spans_built"] == SPANS
+
+
+def test_slow_collector_drops_instead_of_blocking(tmp_path, monkeypatch):
+    monkeypatch.setenv("OTEL_BSP_MAX_QUEUE_SIZE", "4")
+    monkeypatch.setenv("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "2")
+    monkeypatch.setenv("OTEL_BSP_EXPORT_TIMEOUT", "1000")
+    with Receiver(delay_s=0.5) as rx:
+        config = probe.ProbeConfig(run_dir=str(tmp_path), otlp_endpoint=rx.endpoint)
+        (obs,) = observers_for(config)
+        run_processes(tmp_path, [obs])
+        assert _stop_in_thread(obs)
+    stats = obs.stats
+    assert stats["spans_dropped"] > 0
+    assert stats["spans_exported"] + stats["spans_dropped"] == stats["spans_built"] == SPANS
+
+
+def test_settings_from_the_environment(monkeypatch):
+    config = probe.ProbeConfig(run_dir="x")
+    for var in ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"):
+        monkeypatch.delenv(var, raising=False)
+    assert observers_for(config) == []
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:1")
+    assert len(observers_for(config)) == 1
+    monkeypatch.setenv("OTEL_SDK_DISABLED", "true")
+    assert observers_for(config) == []
+    monkeypatch.setenv("OTEL_BSP_MAX_QUEUE_SIZE", "lots")
+    with pytest.raises(FdprofError, match="OTEL_BSP_MAX_QUEUE_SIZE"):
+        OtelExportObserver(config)
