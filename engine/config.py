@@ -1,0 +1,104 @@
+"""The engine's settings: one plain dataclass that crosses spawn and lands in run.json."""
+
+from __future__ import annotations
+
+import math
+import os
+import warnings
+from dataclasses import asdict, dataclass, replace
+
+from fdprof.errors import FdprofError
+
+KV_LOCKS = ("ipc", "none")
+DEVICES = ("auto", "cpu", "cuda")
+WORKLOADS = ("prefix-swap", "no-swap")
+FAULTS = ("no-wait-swap-in", "free-before-swap-out", "ack-before-copy")
+#: the pre-fdprof switch of the baseline lock (FastDeploy PR #6724), still honoured
+LEGACY_LOCK_ENV = "FD_USE_KVCACHE_LOCK"
+
+
+class DeprecatedSetting(FutureWarning):
+    """A deprecated setting still honoured. A FutureWarning, so users see it by default."""
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    kv_lock: str = "none"
+    device: str = "auto"
+    workload: str = "prefix-swap"
+    requests: int = 48
+    seed: int = 0
+    dp: int = 1
+    fault: str | None = None
+    #: ms the transfer process sleeps before a copy; None: 0 without a fault, 30 with one
+    fault_delay_ms: float | None = None
+    # model
+    layers: int = 4
+    hidden: int = 256
+    heads: int = 8
+    kv_heads: int = 8
+    head_dim: int = 64
+    vocab: int = 512
+    # KV cache
+    block_size: int = 16
+    gpu_blocks: int = 72
+    cpu_blocks: int = 256
+    #: most blocks one swap-out task moves
+    swap_batch: int = 16
+    #: bandwidth (GB/s) of the device-host link the transfer process paces its copies to; on
+    #: CPU both pools sit in one RAM, so without pacing a swap would cost a memcpy, far less,
+    #: relative to a step, than a PCIe copy costs a GPU engine. 0: no pacing.
+    link_gbps: float = 0.1
+    # scheduling
+    max_batch: int = 8
+    max_new_tokens: int = 16
+
+    def __post_init__(self) -> None:
+        checks = [
+            (self.kv_lock in KV_LOCKS, f"--kv-lock must be one of {', '.join(KV_LOCKS)}"),
+            (self.device in DEVICES, f"--device must be one of {', '.join(DEVICES)}"),
+            (self.workload in WORKLOADS, f"--workload must be one of {', '.join(WORKLOADS)}"),
+            (self.fault is None or self.fault in FAULTS, f"--fault must be one of {FAULTS}"),
+            (self.requests >= 1, "--requests must be at least 1"),
+            (self.dp >= 1, "--dp must be at least 1"),
+            (self.max_new_tokens >= 1, "max_new_tokens must be at least 1"),
+            (self.heads % self.kv_heads == 0, "heads must be a multiple of kv_heads"),
+        ]
+        for ok, message in checks:
+            if not ok:
+                raise FdprofError(message)
+
+    @property
+    def copy_delay_s(self) -> float:
+        if self.fault_delay_ms is not None:
+            return self.fault_delay_ms / 1000
+        return 0.03 if self.fault else 0.0
+
+    def kv_shape(self, num_blocks: int) -> tuple[int, ...]:
+        """A KV pool: ``[layers, K|V, num_blocks, block_size, kv_heads, head_dim]``."""
+        return (self.layers, 2, num_blocks, self.block_size, self.kv_heads, self.head_dim)
+
+    def pool_bytes(self, num_blocks: int) -> int:
+        return math.prod(self.kv_shape(num_blocks)) * 4
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    def with_(self, **changes) -> EngineConfig:
+        return replace(self, **changes)
+
+
+def resolve_kv_lock(flag: str | None, env: dict[str, str] | None = None) -> str:
+    """The lock mode: an explicit flag wins; else ``FD_USE_KVCACHE_LOCK=1`` selects the baseline
+    (deprecated, so old scripts keep working); else the lockless engine."""
+    if flag is not None:
+        return flag
+    env = os.environ if env is None else env
+    if env.get(LEGACY_LOCK_ENV, "").strip() in ("1", "true", "True"):
+        warnings.warn(
+            f"{LEGACY_LOCK_ENV}=1 is deprecated; use --kv-lock ipc",
+            DeprecatedSetting,
+            stacklevel=2,
+        )
+        return "ipc"
+    return "none"

@@ -1,0 +1,35 @@
+"""The engine's probe handles (span names, attribute keys, sync objects), made once at import so
+the hot path passes small ids. Names follow the conventions in DESIGN.md."""
+
+from fdprof import probe
+
+STEP = probe.name("step", "engine")
+SCHEDULE = probe.name("schedule", "engine")
+REQUEST = probe.name("request", "engine")
+ISSUE_SWAP_TASK = probe.name("issue_swap_task", "cache_manager")
+SWAP = probe.name("swap", "transfer")
+EXECUTE_MODEL = probe.name("execute_model", "worker")
+LOCK_WAIT = probe.name("lock_wait", "lock")
+LOCK_HOLD = probe.name("lock_hold", "lock")
+
+ROLE = probe.key("fd.role")
+STEP_ID = probe.key("fd.step")
+REQUEST_ID = probe.key("fd.request_id")
+DP_RANK = probe.key("fd.dp_rank")
+GPU_READ = probe.key("kv.gpu_read")
+GPU_WRITE = probe.key("kv.gpu_write")
+CPU_READ = probe.key("kv.cpu_read")
+CPU_WRITE = probe.key("kv.cpu_write")
+TASK_ID = probe.key("swap.task_id")
+DIRECTION = probe.key("swap.direction")
+BLOCKS = probe.key("swap.blocks")
+BATCH_SIZE = probe.key("batch.size")
+BATCH_TOKENS = probe.key("batch.tokens")
+LOCK_HOLDER = probe.key("lock.holder")
+MISMATCHES = probe.key("kv.mismatches")
+
+QUEUE_SWAP = probe.obj("queue:swap")
+SIGNAL_SWAP_DONE = probe.obj("signal:swap_done")
+QUEUE_BATCH = probe.obj("queue:batch")
+QUEUE_RESULT = probe.obj("queue:result")
+LOCK_KV = probe.obj("lock:kv")

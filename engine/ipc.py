@@ -1,0 +1,173 @@
+"""How the engine's processes talk: shared-memory signals, task queues, the baseline lock.
+
+Every object that happens-before depends on records its edge through the probe here, in one
+place: a signal's set is a release and a completed wait an acquire (seq = task id); the flock
+lock and the in-process mutexes record release at unlock and acquire once obtained (no seq).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import queue
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from engine import instrument as I
+from fdprof import probe
+
+SHM_DIR = Path("/dev/shm")
+SIGNAL_SLOTS = 1 << 14
+#: task ids and step sequence numbers of DP rank r start at r * SEQ_STRIDE, so the sync
+#: sequence numbers of different groups never pair up
+SEQ_STRIDE = 1_000_000_000
+POLL_S = 0.0002
+
+
+@dataclass(frozen=True)
+class RunPaths:
+    """Names of everything a run creates in /dev/shm; all start with ``prefix``."""
+
+    prefix: str
+
+    @property
+    def lock(self) -> Path:
+        return SHM_DIR / f"{self.prefix}-kv.lock"
+
+    @property
+    def control(self) -> Path:
+        return SHM_DIR / f"{self.prefix}-control"
+
+    def gpu_pool(self, rank: int) -> Path:
+        return SHM_DIR / f"{self.prefix}-gpu-{rank}"
+
+    def signal(self, rank: int) -> Path:
+        return SHM_DIR / f"{self.prefix}-swapdone-{rank}"
+
+    def leftovers(self) -> list[Path]:
+        return sorted(SHM_DIR.glob(f"{self.prefix}-*"))
+
+
+def create_shm_file(path: Path, size: int) -> None:
+    """A zero-filled shared file only this user can open."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        os.ftruncate(fd, size)
+    finally:
+        os.close(fd)
+
+
+def shm_array(path: Path, n: int, create: bool = False) -> np.ndarray:
+    """An int64 array of ``n`` slots in a shared file (created zeroed, mode 0600)."""
+    if create:
+        create_shm_file(path, n * 8)
+    return np.memmap(path, dtype=np.int64, mode="r+", shape=(n,))
+
+
+class Control:
+    """Run-wide flags in shared memory: slot 0 asks everyone to stop; slot 1 + r counts the
+    requests DP rank r has finished (the supervisor's progress bar reads it)."""
+
+    def __init__(self, path: Path, dp: int, create: bool = False) -> None:
+        self._a = shm_array(path, 1 + dp, create)
+
+    def stop(self) -> None:
+        self._a[0] = 1
+
+    @property
+    def stopping(self) -> bool:
+        return bool(self._a[0])
+
+    def add_finished(self, rank: int, n: int) -> None:
+        self._a[1 + rank] += n
+
+    def finished(self) -> int:
+        return int(self._a[1:].sum())
+
+
+class Stopped(Exception):
+    """The supervisor asked this process to stop (another process died, or Ctrl-C)."""
+
+
+def recv(q, control: Control, timeout: float = 0.1):
+    """``q.get()`` that gives up with :class:`Stopped` once the run is stopping."""
+    while True:
+        try:
+            return q.get(timeout=timeout)
+        except queue.Empty:
+            if control.stopping:
+                raise Stopped from None
+
+
+class SwapSignal:
+    """``signal:swap_done``: the transfer process sets a task's slot after its copy."""
+
+    def __init__(self, path: Path, create: bool = False) -> None:
+        self._a = shm_array(path, SIGNAL_SLOTS, create)
+
+    def set(self, task_id: int) -> None:
+        probe.get().release(I.SIGNAL_SWAP_DONE, task_id)
+        self._a[task_id % SIGNAL_SLOTS] = task_id
+
+    def wait(self, task_id: int, control: Control) -> None:
+        slot = task_id % SIGNAL_SLOTS
+        while self._a[slot] != task_id:
+            if control.stopping:
+                raise Stopped
+            time.sleep(POLL_S)
+        probe.get().acquire(I.SIGNAL_SWAP_DONE, task_id)
+
+
+class KvLock:
+    """The baseline's inter-process lock (FastDeploy's IPCLock): ``flock`` on a file in /dev/shm.
+
+    Each user (thread or process) opens its own descriptor, since flock excludes open file
+    descriptions, not threads. Wait and hold are recorded as ``lock_wait``/``lock_hold`` spans.
+    """
+
+    def __init__(self, path: Path, holder: str) -> None:
+        self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        self.holder = holder
+
+    @contextmanager
+    def held(self, parent: int = 0) -> Iterator[int]:
+        p = probe.get()
+        wait = p.begin(I.LOCK_WAIT, parent)
+        p.set_str(wait, I.LOCK_HOLDER, self.holder)
+        fcntl.flock(self._fd, fcntl.LOCK_EX)
+        p.acquire(I.LOCK_KV)
+        p.end(wait)
+        hold = p.begin(I.LOCK_HOLD, parent)
+        p.set_str(hold, I.LOCK_HOLDER, self.holder)
+        try:
+            yield hold
+        finally:
+            p.end(hold)
+            p.release(I.LOCK_KV)
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+
+    def close(self) -> None:
+        os.close(self._fd)
+
+
+class TracedMutex:
+    """A ``threading.Lock`` whose handoffs between threads are recorded (``mutex:<name>``)."""
+
+    def __init__(self, name: str) -> None:
+        self._lock = threading.Lock()
+        self._obj = probe.obj(f"mutex:{name}")
+
+    def __enter__(self) -> TracedMutex:
+        self._lock.acquire()
+        probe.get().acquire(self._obj)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        probe.get().release(self._obj)
+        self._lock.release()

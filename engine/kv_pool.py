@@ -1,0 +1,31 @@
+"""Where the KV pools live. On CPU the device pool is a file in /dev/shm mapped by the worker and
+the transfer process (created and unlinked by the supervisor); on CUDA it is device memory owned
+by the worker and shared with the transfer process over CUDA IPC."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import torch
+
+from engine.config import EngineConfig
+
+
+def map_pool(path: Path, cfg: EngineConfig, num_blocks: int) -> torch.Tensor:
+    """The pool in ``path`` as a float32 tensor (MAP_SHARED: writes are seen by every mapper)."""
+    shape = cfg.kv_shape(num_blocks)
+    t = torch.from_file(str(path), shared=True, size=math.prod(shape), dtype=torch.float32)
+    return t.view(shape)
+
+
+def host_pool(cfg: EngineConfig, device: str) -> torch.Tensor:
+    """The transfer process's host pool; pinned when the device pool is on a GPU."""
+    t = torch.zeros(cfg.kv_shape(cfg.cpu_blocks), dtype=torch.float32)
+    return t.pin_memory() if device == "cuda" else t
+
+
+def resolve_device(device: str) -> str:
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return device

@@ -1,0 +1,137 @@
+"""The model: a small decoder with seeded random weights whose attention reads and writes a paged
+KV cache through block tables, and the dense reference that checks it.
+
+The KV pool is one tensor ``[layers, 2, num_blocks, block_size, kv_heads, head_dim]``: layer
+``l``'s K is ``pool[l, 0]`` and V ``pool[l, 1]``, each ``[num_blocks, block_size, kv_heads,
+head_dim]``. Sequences are batched for the projections and the MLP; attention runs per sequence
+over the blocks of its table (a loop over at most ``max_batch`` sequences).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from engine.config import EngineConfig
+
+
+@dataclass(frozen=True)
+class SeqInput:
+    """One sequence of a batch: the tokens to compute, the position of the first, its blocks."""
+
+    tokens: list[int]
+    start: int
+    block_table: list[int]
+
+
+def _rms(x: torch.Tensor) -> torch.Tensor:
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6)
+
+
+def _positions(pos: torch.Tensor, dim: int) -> torch.Tensor:
+    freqs = torch.exp(torch.arange(0, dim, 2, dtype=torch.float32) * (-math.log(10000.0) / dim))
+    ang = pos.to(torch.float32)[:, None] * freqs.to(pos.device)[None, :]
+    return torch.cat([ang.sin(), ang.cos()], dim=-1)
+
+
+def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_start: int) -> torch.Tensor:
+    """Causal attention of ``q`` [n, heads, d] at positions ``q_start..`` over ``k``/``v``
+    [ctx, kv_heads, d] at positions ``0..ctx``."""
+    heads, kv_heads = q.shape[1], k.shape[1]
+    if heads != kv_heads:
+        k = k.repeat_interleave(heads // kv_heads, dim=1)
+        v = v.repeat_interleave(heads // kv_heads, dim=1)
+    scores = torch.einsum("qhd,khd->hqk", q, k) / math.sqrt(q.shape[-1])
+    qpos = torch.arange(q_start, q_start + q.shape[0], device=q.device)[:, None]
+    kpos = torch.arange(k.shape[0], device=q.device)[None, :]
+    scores = scores.masked_fill(kpos > qpos, float("-inf"))
+    return torch.einsum("hqk,khd->qhd", scores.softmax(-1), v)
+
+
+# attention over one layer: (layer, q, k, v) -> output, each [tokens, heads|kv_heads, head_dim]
+Attention = Callable[[int, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+class Decoder:
+    def __init__(self, cfg: EngineConfig, device: str | torch.device = "cpu") -> None:
+        self.cfg = cfg
+        self.device = torch.device(device)
+        g = torch.Generator().manual_seed(cfg.seed)
+        h, hd = cfg.hidden, cfg.head_dim
+
+        def w(rows: int, cols: int) -> torch.Tensor:
+            return (torch.randn(rows, cols, generator=g) / math.sqrt(rows)).to(self.device)
+
+        self.embed = torch.randn(cfg.vocab, h, generator=g).to(self.device)
+        self.layers = [
+            {
+                "wq": w(h, cfg.heads * hd),
+                "wk": w(h, cfg.kv_heads * hd),
+                "wv": w(h, cfg.kv_heads * hd),
+                "wo": w(cfg.heads * hd, h),
+                "w1": w(h, 2 * h),
+                "w2": w(2 * h, h),
+            }
+            for _ in range(cfg.layers)
+        ]
+        self.lm_head = w(h, cfg.vocab)
+
+    def _hidden(self, tokens: torch.Tensor, pos: torch.Tensor, attend: Attention) -> torch.Tensor:
+        cfg = self.cfg
+        x = self.embed[tokens] + _positions(pos, cfg.hidden)
+        n = x.shape[0]
+        for li, p in enumerate(self.layers):
+            a = _rms(x)
+            q = (a @ p["wq"]).view(n, cfg.heads, cfg.head_dim)
+            k = (a @ p["wk"]).view(n, cfg.kv_heads, cfg.head_dim)
+            v = (a @ p["wv"]).view(n, cfg.kv_heads, cfg.head_dim)
+            x = x + attend(li, q, k, v).reshape(n, -1) @ p["wo"]
+            x = x + torch.nn.functional.gelu(_rms(x) @ p["w1"]) @ p["w2"]
+        return _rms(x)
+
+    def forward_paged(self, pool: torch.Tensor, seqs: list[SeqInput]) -> torch.Tensor:
+        """Write the K/V of every sequence's new tokens into its blocks, attend over the blocks,
+        and return the logits of each sequence's last token ``[len(seqs), vocab]``."""
+        bs = self.cfg.block_size
+        dev = self.device
+        tokens, pos, blocks, offs = [], [], [], []
+        for s in seqs:
+            for i, t in enumerate(s.tokens):
+                p = s.start + i
+                tokens.append(t)
+                pos.append(p)
+                blocks.append(s.block_table[p // bs])
+                offs.append(p % bs)
+        blk = torch.tensor(blocks, device=dev)
+        off = torch.tensor(offs, device=dev)
+        tables = [torch.tensor(s.block_table, device=dev) for s in seqs]
+
+        def attend(li: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+            kc, vc = pool[li, 0], pool[li, 1]
+            kc[blk, off] = k
+            vc[blk, off] = v
+            outs, row = [], 0
+            for s, table in zip(seqs, tables, strict=True):
+                n, ctx = len(s.tokens), s.start + len(s.tokens)
+                used = table[: (ctx + bs - 1) // bs]
+                ks = kc[used].reshape(-1, k.shape[1], k.shape[2])[:ctx]
+                vs = vc[used].reshape(-1, v.shape[1], v.shape[2])[:ctx]
+                outs.append(_attend(q[row : row + n], ks, vs, s.start))
+                row += n
+            return torch.cat(outs)
+
+        x = self._hidden(torch.tensor(tokens, device=dev), torch.tensor(pos, device=dev), attend)
+        last = torch.tensor([len(s.tokens) for s in seqs], device=dev).cumsum(0) - 1
+        return x[last] @ self.lm_head
+
+    def forward_dense(self, tokens: list[int]) -> torch.Tensor:
+        """Reference: logits of every position of one sequence, attention over plain tensors."""
+        t = torch.tensor(tokens, device=self.device)
+
+        def attend(li: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+            return _attend(q, k, v, 0)
+
+        return self._hidden(t, torch.arange(len(tokens), device=self.device), attend) @ self.lm_head

@@ -1,0 +1,61 @@
+"""What every engine process shares: its context (plain data and queues, passed through spawn)
+and the entry point that sets up the probe, reports to the supervisor and turns a failure into a
+message saying why."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import signal
+import traceback
+from dataclasses import dataclass
+from typing import Any
+
+from engine.config import EngineConfig
+from engine.ipc import Control, RunPaths, Stopped
+from fdprof import probe
+from fdprof.probe import ProbeConfig
+
+#: role -> module whose ``serve(ctx) -> dict`` is the process's main loop
+ROLES = {"engine": "engine.server", "transfer": "engine.transfer", "worker": "engine.worker"}
+
+
+@dataclass
+class ProcessContext:
+    cfg: EngineConfig
+    probe_config: ProbeConfig
+    rank: int
+    paths: RunPaths
+    batch_q: Any
+    result_q: Any
+    swap_q: Any
+    setup_q: Any
+    report_q: Any
+    go: Any
+
+    @property
+    def control(self) -> Control:
+        return Control(self.paths.control, self.cfg.dp)
+
+    def report(self, kind: str, role: str, payload: Any = None) -> None:
+        self.report_q.put((kind, role, self.rank, os.getpid(), payload))
+
+
+def child_main(role: str, ctx: ProcessContext) -> None:
+    """Run one engine process. Ctrl-C is the supervisor's to handle, so it is ignored here."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    probe.configure(ctx.probe_config, role, ctx.rank)
+    try:
+        stats = importlib.import_module(ROLES[role]).serve(ctx)
+        ctx.report("done", role, stats)
+    except Stopped:
+        pass
+    except BaseException as exc:
+        last = traceback.extract_tb(exc.__traceback__)[-1]
+        where = f" at {os.path.basename(last.filename)}:{last.lineno}"
+        ctx.report("error", role, f"{type(exc).__name__}: {exc}{where}")
+        ctx.report_q.close()
+        ctx.report_q.join_thread()  # the message must leave before os._exit
+        probe.shutdown()
+        os._exit(1)
+    probe.shutdown()

@@ -1,0 +1,56 @@
+"""Workloads: the requests a run serves, made from the seed.
+
+``prefix-swap`` draws each request's prompt from a few long shared prefixes plus a short unique
+suffix; the prefixes together outgrow the device pool, so cached prefix blocks are evicted to the
+host pool and swapped back in when a later request matches them. ``no-swap`` is the control: the
+same requests with a device pool large enough that nothing is ever evicted.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+from engine.config import EngineConfig
+
+PREFIXES = 12
+PREFIX_BLOCKS = 4
+
+
+@dataclass(frozen=True)
+class RequestSpec:
+    request_id: int
+    prompt: list[int]
+    max_new_tokens: int
+
+
+def make_requests(cfg: EngineConfig, dp_rank: int = 0) -> list[RequestSpec]:
+    """This DP rank's share of the run's requests (request ids are global, dealt round robin)."""
+    rng = random.Random(cfg.seed)
+    prefixes = [
+        [rng.randrange(cfg.vocab) for _ in range(PREFIX_BLOCKS * cfg.block_size)]
+        for _ in range(PREFIXES)
+    ]
+    specs = []
+    for rid in range(cfg.requests):
+        prefix = prefixes[rng.randrange(PREFIXES)]
+        suffix = [rng.randrange(cfg.vocab) for _ in range(rng.randint(4, 2 * cfg.block_size))]
+        if rid % cfg.dp == dp_rank:
+            specs.append(RequestSpec(rid, prefix + suffix, cfg.max_new_tokens))
+    return specs
+
+
+def blocks_for(cfg: EngineConfig, spec: RequestSpec) -> int:
+    """Device blocks a request needs for its whole life (the last token's K/V is never written)."""
+    kv_len = len(spec.prompt) + spec.max_new_tokens - 1
+    return -(-kv_len // cfg.block_size)
+
+
+def sized_for_workload(cfg: EngineConfig) -> EngineConfig:
+    """The config the engine really runs: ``no-swap`` gets a device pool nothing is evicted from."""
+    if cfg.workload != "no-swap":
+        return cfg
+    need = PREFIXES * PREFIX_BLOCKS + sum(
+        blocks_for(cfg, s) for s in make_requests(cfg.with_(dp=1))
+    )
+    return cfg.with_(gpu_blocks=max(cfg.gpu_blocks, need))

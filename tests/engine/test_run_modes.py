@@ -1,0 +1,58 @@
+"""Both lock modes serve the default workload with swaps both ways and intact KV, and every
+happens-before edge the protocol relies on is in the records."""
+
+from collections import Counter
+
+import pytest
+
+from engine.ipc import SEQ_STRIDE
+from fdprof.probe import records as R
+from tests.engine.conftest import manifest, read_records, run
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kv_lock", ["ipc", "none"])
+def test_mode_swaps_both_ways_without_corruption(tmp_path, kv_lock):
+    results, run_dir = run(tmp_path, kv_lock=kv_lock)
+    assert results["kv_lock"] == kv_lock
+    assert results["requests"] == 24
+    assert results["generated_tokens"] == 24 * 16
+    assert results["swaps"]["to_cpu"] > 0 and results["swaps"]["to_gpu"] > 0
+    assert results["integrity"]["blocks_checked"] > 0
+    assert results["integrity"]["mismatches"] == 0 and results["integrity"]["nan"] == 0
+    m = manifest(run_dir)
+    assert m["status"] == "ok" and m["results"] == results and m["error"] is None
+    assert m["config"]["kv_lock"] == kv_lock
+    assert sorted(p["role"] for p in m["processes"]) == ["engine", "transfer", "worker"]
+
+    recs = {p["role"]: read_records(run_dir / p["record"]) for p in m["processes"]}
+    names = {
+        role: Counter(f[2] for k, f in rs if k == R.Kind.SPAN_BEGIN) for role, rs in recs.items()
+    }
+    assert names["engine"]["request"] == 24
+    assert (
+        names["engine"]["issue_swap_task"]
+        == results["swaps"]["to_cpu"] + results["swaps"]["to_gpu"]
+    )
+    assert names["transfer"]["swap"] == names["engine"]["issue_swap_task"]
+    assert names["worker"]["execute_model"] == results["steps"]
+    if kv_lock == "ipc":
+        assert names["worker"]["lock_hold"] == results["steps"]
+    else:
+        assert names["worker"]["lock_hold"] == 0
+
+    syncs = [f for rs in recs.values() for k, f in rs if k == R.Kind.SYNC]
+    released = {(o, s) for o, op, s in syncs if op == "release"}
+    for obj, op, seq in syncs:
+        if op == "acquire" and seq != R.NO_SEQ:
+            assert (obj, seq) in released, f"acquire of {obj} #{seq} without its release"
+    ops = Counter((o, op) for o, op, _ in syncs)
+    assert ops[("queue:batch", "acquire")] == results["steps"]
+    assert ops[("queue:result", "acquire")] == results["steps"]
+    assert ops[("signal:swap_done", "acquire")] == names["transfer"]["swap"]
+    assert ops[("mutex:kv_cache", "acquire")] == ops[("mutex:kv_cache", "release")] > 0
+    assert (ops[("lock:kv", "acquire")] > 0) == (kv_lock == "ipc")
+    assert all(s < SEQ_STRIDE for o, _, s in syncs if o == "queue:batch")
+
+    swap_attrs = {f[1] for k, f in recs["transfer"] if k == R.Kind.ATTR_INTS}
+    assert {"kv.gpu_read", "kv.cpu_write", "kv.cpu_read", "kv.gpu_write"} <= swap_attrs
