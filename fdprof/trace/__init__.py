@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from fdprof.errors import FdprofError
-from fdprof.trace import native
+from fdprof.trace import chrome, native
 from fdprof.trace.model import Trace
 
 Sniff = Callable[[Path, bytes], bool]
@@ -25,6 +25,7 @@ HEAD_BYTES = 4096
 
 READERS: list[tuple[Sniff, Read]] = [
     (native.sniff, native.read),
+    (chrome.sniff, chrome.read),
 ]
 
 __all__ = ["READERS", "Trace", "head", "load"]

@@ -24,18 +24,19 @@ def assemble(
 ) -> Trace:
     """Fill ``trace`` from raw columns.
 
-    ``spans`` has every span column but ``lane`` and ``step`` (derived here; ``role`` is the
-    default used where ``fd.role`` is absent). ``syncs`` has every sync column; a ``lane`` entry
-    that is None means the owning span's ``fd.lane``, else the host thread.
+    ``spans`` has every span column but ``step`` (derived here); ``role`` is the default used
+    where ``fd.role`` is absent, ``lane`` (optional, None per row) where ``fd.lane`` is absent,
+    and the host thread ``"<pid>/<tid>"`` where both are. ``syncs`` has every sync column; a
+    ``lane`` entry that is None means the owning span's ``fd.lane``, else the host thread.
     """
     attrs_df = C.attrs_frame(*attrs)
     n = len(spans["span_id"])
     cols = dict(spans)
-    cols.setdefault("lane", np.full(n, None, dtype=object))
+    given = np.asarray(cols.get("lane", np.full(n, None)), dtype=object)
+    cols["lane"] = np.where(np.equal(given, None), C.thread_lanes(cols["pid"], cols["tid"]), given)
     cols["step"] = np.full(n, -1, dtype=np.int64)
     spans_df = frame("spans", cols)
-    default = C.thread_lanes(spans_df["pid"].to_numpy(), spans_df["tid"].to_numpy())
-    C.span_columns(spans_df, attrs_df, pd.Series(default))
+    C.span_columns(spans_df, attrs_df)
     trace.spans = spans_df
     trace.attrs = attrs_df
     trace.accesses = C.accesses_from_attrs(attrs_df)

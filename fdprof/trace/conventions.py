@@ -35,9 +35,13 @@ LINKS = "fd.links"
 SYNC_OP, SYNC_OBJ, SYNC_SEQ = "sync.op", "sync.obj", "sync.seq"
 
 
+_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, default=float)
+
+
 def attr_json(value: Any) -> str:
-    """The canonical JSON text of an attribute value (compact, so equal values compare equal)."""
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    """The canonical JSON text of an attribute value (compact, so equal values compare equal;
+    a :class:`decimal.Decimal` from a JSON reader is written as the float it denotes)."""
+    return _ENCODER.encode(value)
 
 
 def attrs_frame(span_ids: Any, keys: Any, values: Any) -> pd.DataFrame:
@@ -95,14 +99,10 @@ def _json_int_lists(values: pa.Array, key: str) -> tuple[np.ndarray, np.ndarray]
     return rows[keep], ints
 
 
-def span_columns(spans: pd.DataFrame, attrs: pd.DataFrame, default_lane: pd.Series) -> None:
-    """Fill ``step``, ``role`` and ``lane`` of ``spans`` in place from ``fd.*`` attributes.
-
-    ``role`` keeps the reader's value (the process role) where ``fd.role`` is absent; ``lane``
-    is ``default_lane`` (the reader's host thread) where ``fd.lane`` is absent.
-    """
+def span_columns(spans: pd.DataFrame, attrs: pd.DataFrame) -> None:
+    """Set ``step``, ``role`` and ``lane`` of ``spans`` in place from ``fd.*`` attributes,
+    where present (elsewhere the reader's values stay)."""
     index = pd.Index(spans["span_id"])
-    spans["lane"] = pd.Series(default_lane.to_numpy(object), dtype="string", index=spans.index)
     for key, column in ((STEP, "step"), (ROLE, "role"), (LANE, "lane")):
         ids, values = _values(attrs, key)
         if not len(ids):

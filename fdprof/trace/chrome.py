@@ -1,0 +1,378 @@
+"""Reader of Chrome/Perfetto trace JSON (plain or gzip), including PyTorch-profiler traces.
+
+Phases: ``X`` complete, ``B``/``E`` nested per thread, ``b``/``e`` async by (cat, id) on a lane
+of their own, ``i``/``I``/``n``/``R`` instants (zero-length spans, or sync events when their
+args carry ``sync.op``/``sync.obj``), ``s``/``t``/``f`` flows (sync edges: the start releases,
+the end acquires object ``flow:<cat>`` with the flow id as sequence), ``M`` process and thread
+names, ``C`` counters (``meta["counters"]``). Timestamps are microseconds, read exactly (no
+float rounding) into nanoseconds. ``args`` become attributes, ``cat`` the ``chrome.cat``
+attribute. GPU work of PyTorch traces (categories in :data:`DEVICE_CATS`) gets the lane
+``cuda:<device>/stream:<stream>``.
+
+The ``fd.*`` args that :mod:`fdprof.trace.perfetto` writes (span ids, true thread, trace id)
+restore the columns exactly, so native → Chrome → model loses nothing.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from decimal import Decimal
+from json.encoder import encode_basestring
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from fdprof.errors import FdprofError
+from fdprof.trace import conventions as C
+from fdprof.trace.assemble import assemble
+from fdprof.trace.jsonstream import Stream, open_text, plain
+from fdprof.trace.model import Trace
+
+#: PyTorch-profiler categories of work that runs on a GPU stream
+DEVICE_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotation"})
+#: args of the fdprof writer that fill columns instead of attributes
+SPAN_ID, PARENT_ID, TRACE_ID, TRUE_TID = "fd.span_id", "fd.parent_id", "fd.trace_id", "fd.tid"
+#: the span a sync instant belongs to
+SYNC_SPAN = "sync.span"
+#: process metadata args of the fdprof writer
+PROC_ROLE, PROC_ANCHORED = "fd.role", "fd.anchored"
+#: category of the flow arrows the writer draws for sync edges (the instants carry the edges)
+SYNC_FLOW_CAT = "fd.sync"
+CAT_ATTR = "chrome.cat"
+
+_INSTANTS = frozenset("iInR")
+_FLOWS = {"s": ("release",), "t": ("acquire", "release"), "f": ("acquire",)}
+
+
+def sniff(path: Path, head: bytes) -> bool:
+    return head.lstrip(b"\xef\xbb\xbf \t\r\n")[:1] in (b"[", b"{")
+
+
+def value_json(value: Any) -> str:
+    """JSON text of an arg; the common scalar types without a full ``json.dumps``."""
+    kind = type(value)
+    if kind is str:
+        return encode_basestring(value)
+    if kind is int:
+        return str(value)
+    return C.attr_json(value)
+
+
+def ns(value: Any) -> int:
+    """Microseconds (int, or Decimal from the stream) to nanoseconds, exactly."""
+    kind = type(value)
+    if kind is int:
+        return value * 1000
+    if kind is Decimal:
+        return int((value * 1000).to_integral_value())
+    raise TypeError(f"expected a number of microseconds, got {value!r}")
+
+
+def _ns_array(values: list) -> np.ndarray:
+    if all(type(v) is int for v in values):
+        return np.array(values, dtype=np.int64) * 1000
+    return np.array([ns(v) for v in values], dtype=np.int64)
+
+
+def _json_values(args: list[dict]) -> list[str]:
+    return [
+        encode_basestring(v) if type(v) is str else str(v) if type(v) is int else value_json(v)
+        for a in args
+        for v in a.values()
+    ]
+
+
+class _Builder:
+    """Columns of spans, attributes and syncs, built a batch of events at a time.
+
+    ``X`` events (most of any trace) are turned into columns with one comprehension per
+    column; the others go through :meth:`event` in order, since ``B``/``E`` and ``b``/``e``
+    pair up by stacks. Spans they open are queued and turned into columns the same way.
+    """
+
+    def __init__(self) -> None:
+        self.cols: dict[str, list[np.ndarray]] = {k: [] for k in _SPAN_COLS}
+        self.rows = 0
+        self.attr_span: list[np.ndarray] = []
+        self.attr_key: list[str] = []
+        self.attr_value: list[str] = []
+        self.sync: dict[str, list] = {k: [] for k in _SYNC_COLS}
+        self.counters: list[tuple[int, str, int, str, float]] = []
+        self.ids: dict[Any, int] = {}
+        self.flow_ids: dict[Any, int] = {}
+        self.names: dict[str, str] = {}
+        self.proc: dict[int, dict[str, Any]] = {}
+        self.threads: dict[str, str] = {}
+        self.stacks: dict[tuple, list[int]] = {}
+        self.pending: list[tuple[dict, int, int, str | None]] = []
+        self.closes: list[tuple[int, int, dict | None]] = []
+        self.auto = 0
+        self.ignored: Counter[str] = Counter()
+        self.unmatched_ends = 0
+
+    def ident(self, value: Any) -> int:
+        """A pid or tid as int; names ("Traces", "") get stable negative ids."""
+        if type(value) is int:
+            return value
+        if value is None:
+            return 0
+        got = self.ids.get(value)
+        if got is None:
+            got = self.ids[value] = -1 - len(self.ids)
+        return got
+
+    def batch(self, events: list) -> None:
+        complete, rest = [], []
+        for ev in events:
+            if type(ev) is not dict:
+                raise TypeError("an event should be an object")
+            (complete if ev.get("ph") == "X" else rest).append(ev)
+        if complete:
+            start = _ns_array([ev["ts"] for ev in complete])
+            dur = _ns_array([ev.get("dur") or 0 for ev in complete])
+            self.spans(complete, start, start + dur, [None] * len(complete))
+        for ev in rest:
+            self.event(ev)
+        if self.pending:
+            evs, start, end, lanes = zip(*self.pending, strict=True)
+            self.pending = []
+            self.spans(list(evs), np.array(start, np.int64), np.array(end, np.int64), lanes)
+
+    def spans(self, evs: list[dict], start: np.ndarray, end: np.ndarray, lanes) -> None:
+        args = [ev.get("args") or {} for ev in evs]
+        if not all(type(a) is dict for a in args):
+            raise TypeError("args should be an object")
+        sids = [a.pop(SPAN_ID, None) for a in args]
+        for i, sid in enumerate(sids):
+            if sid is None:
+                self.auto += 1
+                sids[i] = -self.auto
+        true_tids = [a.pop(TRUE_TID, None) for a in args]
+        ident = self.ident
+        pid = [ident(ev.get("pid")) for ev in evs]
+        tid = [
+            ident(ev.get("tid") if t is None else t) for ev, t in zip(evs, true_tids, strict=True)
+        ]
+        names = [ev.get("name", "") for ev in evs]
+        if not all(type(n) is str for n in names):
+            raise TypeError("name should be a string")
+        cats = [ev.get("cat") for ev in evs]
+        lanes = [
+            f"cuda:{p}/stream:{t}" if lane is None and c in DEVICE_CATS else lane
+            for lane, c, p, t in zip(lanes, cats, pid, tid, strict=True)
+        ]
+        intern = self.names.setdefault
+        cols = self.cols
+        cols["span_id"].append(np.array(sids, dtype=np.int64))
+        cols["parent_id"].append(np.array([a.pop(PARENT_ID, 0) for a in args], dtype=np.int64))
+        cols["trace_id"].append(np.array([a.pop(TRACE_ID, None) for a in args], dtype=object))
+        cols["start"].append(start)
+        cols["end"].append(end)
+        cols["pid"].append(np.array(pid, dtype=np.int64))
+        cols["tid"].append(np.array(tid, dtype=np.int64))
+        cols["name"].append(np.array([intern(n, n) for n in names], dtype=object))
+        cols["lane"].append(np.array(lanes, dtype=object))
+        self.rows += len(evs)
+        with_cat = [(sid, c) for sid, c in zip(sids, cats, strict=True) if c]
+        self.attr_span.append(np.array([sid for sid, _ in with_cat], dtype=np.int64))
+        self.attr_key.extend([CAT_ATTR] * len(with_cat))
+        self.attr_value.extend([value_json(c) for _, c in with_cat])
+        self.attr_span.append(np.repeat(np.array(sids, np.int64), [len(a) for a in args]))
+        self.attr_key.extend([intern(k, k) for a in args for k in a])
+        self.attr_value.extend(_json_values(args))
+
+    def add_sync(self, op: str, obj: str, seq: int, ev: dict, span: int, lane: Any) -> None:
+        s = self.sync
+        args = ev.get("args") or {}
+        s["op"].append(op)
+        s["obj"].append(self.names.setdefault(obj, obj))
+        s["seq"].append(seq)
+        s["time"].append(ns(ev["ts"]))
+        s["pid"].append(self.ident(ev.get("pid")))
+        s["tid"].append(self.ident(args.get(TRUE_TID, ev.get("tid"))))
+        s["lane"].append(lane)
+        s["span_id"].append(span)
+
+    def open(self, key: tuple, ev: dict, lane: str | None = None) -> None:
+        self.stacks.setdefault(key, []).append(self.rows + len(self.pending))
+        self.pending.append((ev, ns(ev["ts"]), -1, lane))
+
+    def close(self, key: tuple, ev: dict) -> None:
+        stack = self.stacks.get(key)
+        if not stack:
+            self.unmatched_ends += 1
+            return
+        self.closes.append((stack.pop(), ns(ev["ts"]), ev.get("args")))
+
+    def event(self, ev: dict) -> None:
+        ph = ev.get("ph")
+        if ph == "B":
+            tid = (ev.get("args") or {}).get(TRUE_TID, ev.get("tid"))
+            self.open((self.ident(ev.get("pid")), self.ident(tid)), ev)
+        elif ph == "E":
+            tid = (ev.get("args") or {}).pop(TRUE_TID, ev.get("tid"))
+            self.close((self.ident(ev.get("pid")), self.ident(tid)), ev)
+        elif ph in ("b", "e"):
+            pid = self.ident(ev.get("pid"))
+            key = (pid, ev.get("cat"), str(ev.get("id", ev.get("id2"))))
+            if ph == "b":
+                self.open(key, ev, f"{pid}/async:{key[2]}")
+            else:
+                self.close(key, ev)
+        elif ph in _INSTANTS:
+            self.instant(ev)
+        elif ph in _FLOWS:
+            if ev.get("cat") == SYNC_FLOW_CAT:
+                return
+            flow = (ev.get("cat"), ev.get("id", ev.get("id2")))
+            seq = self.flow_ids.setdefault(flow, len(self.flow_ids))
+            for op in _FLOWS[ph]:
+                self.add_sync(op, f"flow:{flow[0] or ''}", seq, ev, 0, None)
+        elif ph == "M":
+            self.metadata(ev)
+        elif ph == "C":
+            pid = self.ident(ev.get("pid"))
+            for key, value in (ev.get("args") or {}).items():
+                self.counters.append((pid, ev.get("name", ""), ns(ev["ts"]), key, float(value)))
+        else:
+            self.ignored[str(ph)] += 1
+
+    def instant(self, ev: dict) -> None:
+        args = ev.get("args") or {}
+        op, obj = args.get(C.SYNC_OP), args.get(C.SYNC_OBJ)
+        if op in ("release", "acquire") and isinstance(obj, str):
+            seq = args.get(C.SYNC_SEQ, -1)
+            span = args.get(SYNC_SPAN, 0)
+            if type(seq) is not int or type(span) is not int:
+                raise TypeError(f"{C.SYNC_SEQ} and {SYNC_SPAN} should be integers")
+            self.add_sync(op, obj, seq, ev, span, args.get(C.LANE))
+            return
+        t = ns(ev["ts"])
+        self.pending.append((ev, t, t, None))
+
+    def metadata(self, ev: dict) -> None:
+        args = ev.get("args") or {}
+        pid = self.ident(ev.get("pid"))
+        if ev.get("name") == "process_name":
+            proc = self.proc.setdefault(pid, {})
+            proc["name"] = str(args.get("name", ""))
+            proc["role"] = str(args.get(PROC_ROLE, ""))
+            proc["anchored"] = bool(args.get(PROC_ANCHORED, False))
+        elif ev.get("name") == "thread_name":
+            self.threads[f"{pid}/{self.ident(ev.get('tid'))}"] = str(args.get("name", ""))
+
+
+_SPAN_COLS = ("span_id", "parent_id", "name", "start", "end", "pid", "tid", "trace_id", "lane")
+_SYNC_COLS = ("op", "obj", "seq", "time", "pid", "tid", "lane", "span_id")
+BATCH = 1 << 14
+
+
+def _events(stream: Stream, meta: dict[str, Any]):
+    """The trace events of either Chrome form: a bare array, or an object with traceEvents."""
+    if stream.peek() == "[":
+        yield from stream.array(allow_unterminated=True)
+        return
+    found = False
+    for key in stream.members():
+        if key == "traceEvents":
+            found = True
+            yield from stream.array()
+        else:
+            value = stream.value()
+            if key in ("distributedInfo", "displayTimeUnit", "schemaVersion", "otherData"):
+                meta[key] = plain(value)
+    if not found:
+        raise FdprofError(f"{meta['path']}: not a Chrome trace (no traceEvents array)")
+    if not stream.at_end():
+        raise stream.error("unexpected data after the trace object")
+
+
+def read(path: Path) -> Trace:
+    trace = Trace(meta={"format": "chrome", "path": str(path)})
+    b = _Builder()
+    first = 0
+    with open_text(path) as f:
+        stream = Stream(f, str(path))
+        events: list = []
+        try:
+            for ev in _events(stream, trace.meta):
+                events.append(ev)
+                if len(events) == BATCH:
+                    b.batch(events)
+                    first += len(events)
+                    events = []
+            b.batch(events)
+        except (TypeError, ValueError, KeyError, ArithmeticError) as exc:
+            what = f"missing {exc}" if isinstance(exc, KeyError) else str(exc)
+            last = first + len(events) - 1
+            raise FdprofError(f"{path}: events {first}-{last}: {what}") from None
+    return _finish(trace, b)
+
+
+def _finish(trace: Trace, b: _Builder) -> Trace:
+    def cat(name: str, dtype) -> np.ndarray:
+        parts = b.cols[name]
+        return np.concatenate(parts) if parts else np.zeros(0, dtype=dtype)
+
+    span_id = cat("span_id", np.int64)
+    end = cat("end", np.int64)
+    attr_span = np.concatenate(b.attr_span) if b.attr_span else np.zeros(0, np.int64)
+    keys, values = b.attr_key, b.attr_value
+    if b.closes:
+        rows = np.array([c[0] for c in b.closes], dtype=np.int64)
+        end[rows] = [c[1] for c in b.closes]
+        extra = [
+            (span_id[row], k, value_json(v)) for row, _, a in b.closes for k, v in (a or {}).items()
+        ]
+        attr_span = np.concatenate([attr_span, np.array([e[0] for e in extra], np.int64)])
+        keys = keys + [e[1] for e in extra]
+        values = values + [e[2] for e in extra]
+    explicit = span_id[span_id > 0]
+    base = int(explicit.max()) if len(explicit) else 0
+    span_id[span_id < 0] = base - span_id[span_id < 0]
+    attr_span[attr_span < 0] = base - attr_span[attr_span < 0]
+    if len(np.unique(span_id)) != len(span_id):
+        raise FdprofError(f"{trace.meta['path']}: two spans share one {SPAN_ID}")
+    pids = cat("pid", np.int64)
+    names = {v: str(k) for k, v in b.ids.items()}
+    procs = sorted(set(pids.tolist()) | set(b.proc) | set(b.sync["pid"]))
+    role_of = {p: b.proc.get(p, {}).get("role", "") for p in procs}
+    spans = {
+        "span_id": span_id,
+        "parent_id": cat("parent_id", np.int64),
+        "name": cat("name", object),
+        "start": cat("start", np.int64),
+        "end": end,
+        "pid": pids,
+        "tid": cat("tid", np.int64),
+        "role": pd.Series(pids).map(role_of).to_numpy(object),
+        "trace_id": cat("trace_id", object),
+        "lane": cat("lane", object),
+    }
+    syncs = {
+        k: np.array(v, dtype=object if k in ("op", "obj", "lane") else np.int64)
+        for k, v in b.sync.items()
+    }
+    processes = {
+        "pid": procs,
+        "role": [role_of[p] for p in procs],
+        "name": [b.proc.get(p, {}).get("name") or names.get(p, str(p)) for p in procs],
+        "anchored": [b.proc.get(p, {}).get("anchored", False) for p in procs],
+    }
+    assemble(trace, spans, (attr_span, keys, values), syncs, processes)
+    trace.meta["thread_names"] = b.threads
+    if b.counters:
+        trace.meta["counters"] = pd.DataFrame(
+            b.counters, columns=["pid", "name", "time", "key", "value"]
+        )
+    open_spans = int((spans["end"] == -1).sum())
+    if open_spans:
+        trace.warn(f"{open_spans} span(s) begun (B/b) but never ended: end = -1")
+    if b.unmatched_ends:
+        trace.warn(f"{b.unmatched_ends} end event(s) (E/e) without a begin were ignored")
+    if b.ignored:
+        phases = ", ".join(f"{ph} ×{n}" for ph, n in sorted(b.ignored.items()))
+        trace.warn(f"ignored events of unsupported phases: {phases}")
+    return trace
