@@ -89,14 +89,16 @@ def capture_files(path: str | Path) -> list[Path]:
     raise FdprofError(f"{path}: no NVTX capture files (nvtx-<pid>{SUFFIX})")
 
 
-def is_capture(path: str | Path) -> bool:
-    """Whether ``path`` holds NVTX capture files (for the trace loader's registry)."""
-    try:
-        files = capture_files(path)
-    except FdprofError:
-        return False
-    with files[0].open("rb") as f:
-        return f.read(8) == MAGIC
+def sniff(path: Path, head: bytes) -> bool:
+    """For :data:`fdprof.trace.READERS`: a capture file, or a folder of them (a run
+    directory itself is left to the native reader; point at its ``nvtx/`` folder)."""
+    if head:
+        return head.startswith(MAGIC)
+    return Path(path).is_dir() and any(Path(path).glob(f"nvtx-*{SUFFIX}"))
+
+
+def read(path: Path) -> Trace:
+    return read_nvtx_capture(path)
 
 
 def _text(payload: bytes, start: int) -> str:

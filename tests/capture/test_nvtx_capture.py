@@ -14,7 +14,7 @@ import pytest
 from fdprof import probe
 from fdprof.capture import nvtx as capture
 from fdprof.errors import FdprofError
-from fdprof.trace.nvtx_capture import capture_files, is_capture, read_file, read_nvtx_capture
+from fdprof.trace.nvtx_capture import capture_files, read_file, read_nvtx_capture, sniff
 
 SWAP = probe.name("swap", "swap")
 EXEC = probe.name("execute_model", "execute_model")
@@ -63,7 +63,9 @@ def test_capture_from_spawned_processes_joins_to_records(tmp_path, how):
     env = capture.injection_env(tmp_path)
     worker = _run(tmp_path, "worker", 200, how, env)
     transfer = _run(tmp_path, "transfer", 100, how, env)
-    assert is_capture(tmp_path) and len(capture_files(tmp_path)) == 2
+    assert len(capture_files(tmp_path)) == 2
+    assert sniff(tmp_path / "nvtx", b"") and not sniff(tmp_path, b"")
+    assert sniff(capture_files(tmp_path)[0], b"FDNVTX1\n...")
     nv = read_nvtx_capture(tmp_path)
     spans = nv.spans.set_index("span_id")
     by_pid = nv.spans.groupby("pid")["name"].agg(lambda s: sorted(set(s)))
