@@ -1,0 +1,35 @@
+"""NVTX capture from a real engine run (``fdprof run --nvtx-capture``): swap and execute_model
+ranges in the right processes, with payloads that join to the recorded spans."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from fdprof.trace import load
+from fdprof.trace.nvtx_capture import read_nvtx_capture
+
+pytestmark = pytest.mark.slow
+
+
+def test_engine_run_captures_nvtx_that_joins_to_records(tmp_path):
+    run = tmp_path / "run"
+    cmd = [sys.executable, "-m", "fdprof", "run", "--requests", "24", "--kv-lock", "ipc"]
+    cmd += ["--nvtx-capture", "--json", "--out", str(run)]
+    result = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["swaps"]["to_cpu"] > 0
+    nv = read_nvtx_capture(run)
+    native = load(run)
+    roles = dict(zip(native.processes.pid, native.processes.role, strict=True))
+    for name, role in (("swap", "transfer"), ("execute_model", "worker")):
+        ranges = nv.spans[nv.spans.name == name]
+        assert len(ranges) > 0
+        assert {roles[p] for p in ranges.pid} == {role}
+    joined = nv.spans.merge(native.spans, on="span_id", suffixes=("_nvtx", ""))
+    assert len(joined) == len(nv.spans) == len(native.spans)
+    assert (joined.name_nvtx == joined.name).all() and (joined.pid_nvtx == joined.pid).all()
+    assert set(nv.syncs.obj) >= {"queue:swap", "signal:swap_done", "lock:kv"}
