@@ -10,11 +10,14 @@ the OTLP exporters read themselves (endpoint, headers, timeout, compression).
 
 Bounded: spans wait in a bounded queue for one export thread; when the collector is down or
 slow the queue fills and further spans are dropped and counted, never waited for; ``stop()``
-gives the export at most ``OTEL_BSP_EXPORT_TIMEOUT`` ms (default 5000) in all.
+gives the export at most ``OTEL_BSP_EXPORT_TIMEOUT`` ms (default 5000) in all. The counts
+(spans built, exported, dropped) go to ``<run>/otel-export.json`` and, when spans were
+dropped, a warning on stderr.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import threading
@@ -43,6 +46,8 @@ ENV_QUEUE = "OTEL_BSP_MAX_QUEUE_SIZE"
 ENV_BATCH = "OTEL_BSP_MAX_EXPORT_BATCH_SIZE"
 ENV_SHUTDOWN = "OTEL_BSP_EXPORT_TIMEOUT"
 ENV_METRIC_INTERVAL = "OTEL_METRIC_EXPORT_INTERVAL"
+#: written into the run directory at stop
+STATS_FILE = "otel-export.json"
 
 
 def _env_int(name: str, default: int) -> int:
@@ -153,6 +158,7 @@ class OtelExportObserver:
         self._shutdown_s = _env_int(ENV_SHUTDOWN, 5000) / 1000
         self._metric_interval_s = _env_int(ENV_METRIC_INTERVAL, 5000) / 1000
         self._procs: list[_Process] = []
+        self._run_dir: Path | None = None
         self._queue: SpanQueue | None = None
         self.prometheus: PromMetrics | None = None
         self._overlap = Overlap()
@@ -163,6 +169,7 @@ class OtelExportObserver:
     # -- RunObserver --
 
     def start(self, run_dir: Path, processes: list[dict]) -> None:
+        self._run_dir = Path(run_dir)
         if self._span_exporter is not None:
             self._queue = SpanQueue(self._span_exporter, self._queue_size, self._batch)
         if self._prom_port is not None:
@@ -207,6 +214,8 @@ class OtelExportObserver:
             "spans_exported": self._queue.exported if self._queue is not None else 0,
             "spans_dropped": dropped,
         }
+        if self._run_dir is not None:
+            (self._run_dir / STATS_FILE).write_text(json.dumps(self.stats) + "\n")
         if dropped:
             log.warning("OpenTelemetry export dropped %d spans (collector down or slow)", dropped)
 
