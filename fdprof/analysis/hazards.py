@@ -1,0 +1,532 @@
+"""KV-cache hazard detection: happens-before over lanes and sync edges, by vector clocks.
+
+Why: removing a lock is safe only if every pair of conflicting accesses to a KV block stays
+ordered by the protocol's own edges (queue messages, completion signals), whether or not the
+two accesses happened to overlap in time this run. Timestamps decide nothing here except the
+order *within* a lane and whether a pair overlapped in wall-clock time (for reporting).
+
+Model (see :mod:`fdprof.trace.model`): a lane's sync events are in program order by
+``(time, row)``. An acquire pairs with the release of the same ``(obj, seq)``; a seq-less
+object (``seq`` -1: locks, mutexes) pairs each acquire with the latest release at or before
+it. Each lane carries a vector clock whose own entry counts its releases, so a span S on lane
+L has an *epoch* (the index of the first release on L at or after ``S.end``) and an *entry
+clock* (the clock after every sync on L at or before ``S.start``). S happens before T (on lane
+M) iff ``entry(T)[L] >= epoch(S)``. Per lane, the clock entries and the release times are
+monotone, so for an access X the accesses on lane M that are unordered with X are exactly the
+spans intersecting one time window ``(tB, tA)``: a range query on spans sorted per
+(pool, block), answered for all accesses at once with ``numpy.searchsorted`` (FastTrack's
+epoch idea, extended to report every racing pair rather than the first).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import functools
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from fdprof.analysis.columns import json_records, require
+from fdprof.errors import FdprofError
+from fdprof.trace.model import Trace
+
+SPAN_NEEDS = ("span_id", "name", "start", "end", "lane", "role", "step")
+ACCESS_NEEDS = ("span_id", "pool", "block", "mode", "layer_lo", "layer_hi")
+SYNC_NEEDS = ("op", "obj", "seq", "time", "lane")
+
+GAP_COLUMNS = ["kind", "lane", "obj", "seq", "time", "span_id", "detail"]
+_ALL_LAYERS = np.iinfo(np.int64).max
+
+
+@dataclass(frozen=True)
+class HazardReport:
+    """What :func:`find_hazards` found. ``races`` holds every unordered conflicting pair of
+    spans (``overlapped`` says whether they overlapped in time this run); ``alarms`` the
+    ordered pairs that overlapped anyway (clock skew or mis-scoped spans); ``gaps`` the
+    instrumentation holes (acquire without release, truncated lanes, sync cycles)."""
+
+    races: pd.DataFrame
+    alarms: pd.DataFrame
+    gaps: pd.DataFrame
+    dropped_objects: tuple[str, ...] = ()
+    lanes: tuple[str, ...] = field(default=())
+
+    @property
+    def latent(self) -> pd.DataFrame:
+        """Races that did not overlap in time this run: the next run may not be so lucky."""
+        return self.races[~self.races["overlapped"]]
+
+    @property
+    def overlaps(self) -> pd.DataFrame:
+        """Races whose two spans did overlap in time this run."""
+        return self.races[self.races["overlapped"]]
+
+    @property
+    def counts(self) -> dict[str, int]:
+        return {
+            "races": len(self.races),
+            "latent": len(self.latent),
+            "overlaps": len(self.overlaps),
+            "clock_alarms": len(self.alarms),
+            "gaps": len(self.gaps),
+        }
+
+    @property
+    def clean(self) -> bool:
+        return self.races.empty
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "races": json_records(self.races),
+            "counts": self.counts,
+            "clock_alarms": json_records(self.alarms),
+            "gaps": json_records(self.gaps),
+            "dropped_objects": list(self.dropped_objects),
+        }
+
+
+def find_hazards(trace: Trace, drop_objects: Iterable[str] = ()) -> HazardReport:
+    """Races, clock alarms and gaps of ``trace``; sync objects matching any glob in
+    ``drop_objects`` (e.g. ``"lock:*"``) are ignored, as if their edges were never there."""
+    spans = require(trace.spans, "spans", SPAN_NEEDS)
+    accesses = require(trace.accesses, "accesses", ACCESS_NEEDS)
+    syncs = require(trace.syncs, "syncs", SYNC_NEEDS)
+    dropped = tuple(drop_objects)
+    if dropped and not syncs.empty:
+        objs = syncs["obj"].astype(str)
+        keep = ~objs.map(lambda o: any(fnmatch.fnmatchcase(o, p) for p in dropped)).astype(bool)
+        syncs = syncs[keep.to_numpy()]
+    syncs = syncs.reset_index(drop=True)
+    bad = ~syncs["op"].isin(["release", "acquire"])
+    if bad.any():
+        raise FdprofError(f"sync op {syncs['op'][bad].iloc[0]!r} is neither release nor acquire")
+
+    lanes = pd.Index(
+        pd.unique(pd.concat([spans["lane"], syncs["lane"]], ignore_index=True).astype(str))
+    )
+    gaps: list[dict[str, Any]] = []
+    src, pair_gaps = pair_syncs(syncs)
+    gaps += pair_gaps
+    clocks = _LaneClocks(syncs, src, lanes, gaps)
+
+    acc, orphan_gaps = _access_table(spans, accesses, lanes)
+    gaps += orphan_gaps
+    gaps += _truncation_gaps(spans)
+    if acc["n"] == 0:
+        empty_pairs = _pairs_frame(spans, np.empty(0, int), np.empty(0, int), acc)
+        return HazardReport(
+            empty_pairs,
+            empty_pairs.drop(columns="overlapped"),
+            _gap_frame(gaps),
+            dropped,
+            tuple(lanes),
+        )
+
+    times = np.unique(np.concatenate([acc["start"], acc["end"], clocks.all_times()]))
+    rank = _Ranker(times)
+    racy_x, racy_y, over_x, over_y = _candidate_pairs(acc, clocks, rank, len(lanes))
+    n = acc["n"]
+    racy_code = racy_x * n + racy_y
+    alarm = ~np.isin(over_x * n + over_y, racy_code)
+    races = _pairs_frame(spans, racy_x, racy_y, acc)
+    alarms = _pairs_frame(spans, over_x[alarm], over_y[alarm], acc)
+    return HazardReport(
+        races, alarms.drop(columns="overlapped"), _gap_frame(gaps), dropped, tuple(lanes)
+    )
+
+
+def pair_syncs(syncs: pd.DataFrame) -> tuple[np.ndarray, list[dict[str, Any]]]:
+    """For each sync row, the row of the release it acquires (-1: none) and the gaps found.
+
+    With a seq, an acquire pairs with the release of its ``(obj, seq)`` (if several, the
+    latest at or before it in time, else the first). Without one, with the latest release of
+    the object at or before it; the object's first acquire may have none (a lock starts free).
+    """
+    n = len(syncs)
+    src = np.full(n, -1, dtype=np.int64)
+    gaps: list[dict[str, Any]] = []
+    if n == 0:
+        return src, gaps
+    obj = syncs["obj"].to_numpy(dtype=object, na_value="")
+    seq = syncs["seq"].to_numpy(np.int64)
+    time = syncs["time"].to_numpy(np.int64)
+    is_rel = (syncs["op"] == "release").to_numpy(bool)
+    obj_code = pd.factorize(obj)[0].astype(np.int64)
+    group = pd.factorize(obj_code * (int(seq.max()) + 2) + seq + 1)[0].astype(np.int64)
+    trank = np.unique(time, return_inverse=True)[1].astype(np.int64)
+    width = int(trank.max()) + 1
+    rows = np.arange(n)
+    rel = rows[is_rel][np.lexsort((rows[is_rel], trank[is_rel], group[is_rel]))]
+    rel_key = group[rel] * width + trank[rel]
+    acq = rows[~is_rel]
+    # latest release of the group at or before the acquire's time (ties: last row)
+    at = np.searchsorted(rel_key, group[acq] * width + trank[acq], "right") - 1
+    same = (at >= 0) & (group[rel[np.maximum(at, 0)]] == group[acq]) if len(rel) else at >= 0
+    found = np.where(same, rel[np.maximum(at, 0)] if len(rel) else -1, -1)
+    # a keyed acquire before its release (skewed clocks): the group's first release
+    first = np.searchsorted(rel_key, group[acq] * width, "left")
+    has_first = (first < len(rel)) & (seq[acq] != -1)
+    if len(rel):
+        has_first &= group[rel[np.minimum(first, len(rel) - 1)]] == group[acq]
+        found = np.where((found < 0) & has_first, rel[np.minimum(first, len(rel) - 1)], found)
+    src[acq] = found
+    missing = acq[found < 0]
+    if len(missing):
+        seqless = acq[seq[acq] == -1]
+        by_time = seqless[np.lexsort((seqless, time[seqless]))]
+        first_acq = set(by_time[np.unique(obj_code[by_time], return_index=True)[1]].tolist())
+        lane = syncs["lane"].to_numpy(dtype=object, na_value="")
+        for row in missing.tolist():
+            if seq[row] == -1 and row in first_acq:
+                continue
+            detail = "no earlier release" if seq[row] == -1 else "no release with this seq"
+            gaps.append(
+                _gap(
+                    "no_release",
+                    str(lane[row]),
+                    str(obj[row]),
+                    int(seq[row]),
+                    int(time[row]),
+                    0,
+                    f"acquire of {obj[row]} has {detail}",
+                )
+            )
+    return src, gaps
+
+
+class _LaneClocks:
+    """Vector clocks of every sync event, lane by lane, computed in an order that respects
+    the pairing edges (not timestamps: a skewed clock must not reorder anything)."""
+
+    def __init__(
+        self, syncs: pd.DataFrame, src: np.ndarray, lanes: pd.Index, gaps: list[dict[str, Any]]
+    ) -> None:
+        k = len(lanes)
+        n = len(syncs)
+        lane = lanes.get_indexer(syncs["lane"].astype(str)) if n else np.empty(0, int)
+        time = syncs["time"].to_numpy(np.int64)
+        is_rel = (syncs["op"] == "release").to_numpy(bool)
+        order = np.lexsort((np.arange(n), time, lane))
+        bounds = np.searchsorted(lane[order], np.arange(k + 1))
+        lane_rows = [order[bounds[i] : bounds[i + 1]] for i in range(k)]
+        vc = np.zeros((n, k), dtype=np.int64)
+        self._propagate(lane_rows, is_rel, src.copy(), vc, syncs, gaps)
+        self.times = [time[r] for r in lane_rows]
+        self.vc = [vc[r] for r in lane_rows]
+        self.release_times = [time[r][is_rel[r]] for r in lane_rows]
+
+    @staticmethod
+    def _propagate(lane_rows, is_rel, src, vc, syncs, gaps) -> None:
+        k = len(lane_rows)
+        pos = [0] * k
+        cur = [np.zeros(k, dtype=np.int64) for _ in range(k)]
+        done = np.zeros(len(src), dtype=bool)
+        waiting: dict[int, list[int]] = {}
+        runnable = deque(range(k))
+        left = sum(len(r) for r in lane_rows)
+        while left:
+            while runnable:
+                lane = runnable.popleft()
+                rows, p, clock = lane_rows[lane], pos[lane], cur[lane]
+                while p < len(rows):
+                    row = int(rows[p])
+                    if is_rel[row]:
+                        clock[lane] += 1
+                    else:
+                        s = int(src[row])
+                        if s >= 0:
+                            if not done[s]:
+                                waiting.setdefault(s, []).append(lane)
+                                break
+                            np.maximum(clock, vc[s], out=clock)
+                    vc[row] = clock
+                    done[row] = True
+                    left -= 1
+                    p += 1
+                    woken = waiting.pop(row, None)
+                    if woken:
+                        runnable.extend(woken)
+                pos[lane] = p
+            if left:
+                # Every unfinished lane waits on a release that waits on it: a cycle of edges
+                # the trace cannot have meant. Drop the earliest blocked edge and go on.
+                blocked = [
+                    (int(lane_rows[i][pos[i]]), i) for i in range(k) if pos[i] < len(lane_rows[i])
+                ]
+                row, lane = min(blocked, key=lambda b: (syncs["time"].iat[b[0]], b[0]))
+                waiting[int(src[row])].remove(lane)
+                src[row] = -1
+                s = syncs.iloc[row]
+                gaps.append(
+                    _gap(
+                        "cycle",
+                        str(s["lane"]),
+                        str(s["obj"]),
+                        int(s["seq"]),
+                        int(s["time"]),
+                        0,
+                        "acquire waits on a release that waits on it",
+                    )
+                )
+                runnable.append(lane)
+
+    def all_times(self) -> np.ndarray:
+        return np.concatenate(self.times) if self.times else np.empty(0, np.int64)
+
+
+class _Ranker:
+    """Times → dense ranks, so (block, time) pairs pack into one sortable int64."""
+
+    def __init__(self, times: np.ndarray) -> None:
+        self.times = times
+        self.inf = len(times)  # rank of +inf; -1 is -inf
+        self.base = len(times) + 2
+
+    def __call__(self, t: np.ndarray) -> np.ndarray:
+        return np.searchsorted(self.times, t)
+
+
+def _access_table(spans: pd.DataFrame, accesses: pd.DataFrame, lanes: pd.Index):
+    """Accesses joined with their (finished) spans, as numpy columns."""
+    span_ids = spans["span_id"].to_numpy(np.int64)
+    span_index = pd.Index(span_ids)
+    if not span_index.is_unique:
+        raise FdprofError("trace spans table has duplicate span_id values")
+    srow = span_index.get_indexer(accesses["span_id"].to_numpy(np.int64))
+    gaps = []
+    orphan = srow < 0
+    if orphan.any():
+        gaps.append(
+            _gap(
+                "orphan_access",
+                "",
+                "",
+                -1,
+                -1,
+                int(accesses["span_id"].iat[int(np.flatnonzero(orphan)[0])]),
+                f"{int(orphan.sum())} access rows name no span",
+            )
+        )
+    ends = spans["end"].to_numpy(np.int64)
+    ok = ~orphan
+    ok[ok] = ends[srow[ok]] != -1
+    srow = srow[ok]
+    a = accesses[ok]
+    pool_code, pools = pd.factorize(a["pool"].astype(str))
+    block = a["block"].to_numpy(np.int64)
+    nb = int(block.max()) + 1 if len(block) else 1
+    lo = a["layer_lo"].to_numpy(np.int64)
+    hi = a["layer_hi"].to_numpy(np.int64)
+    all_layers = (lo < 0) & (hi < 0)
+    acc = {
+        "n": len(a),
+        "srow": srow,
+        "lane": lanes.get_indexer(spans["lane"].astype(str).to_numpy()[srow]),
+        "key": pool_code.astype(np.int64) * nb + block,
+        "write": (a["mode"] == "write").to_numpy(bool),
+        "lo": np.where(all_layers, 0, lo),
+        "hi": np.where(all_layers, _ALL_LAYERS, hi),
+        "start": spans["start"].to_numpy(np.int64)[srow],
+        "end": ends[srow],
+        "pool": np.asarray(pools, dtype=object)[pool_code],
+        "block": block,
+    }
+    return acc, gaps
+
+
+def _truncation_gaps(spans: pd.DataFrame) -> list[dict[str, Any]]:
+    """One gap per lane whose spans never ended (the process died or the trace was cut)."""
+    cut = np.flatnonzero(spans["end"].to_numpy(np.int64) == -1)
+    if len(cut) == 0:
+        return []
+    lane = spans["lane"].to_numpy(dtype=object, na_value="")[cut]
+    start = spans["start"].to_numpy(np.int64)[cut]
+    out = []
+    for name in sorted(set(lane.tolist())):
+        on = cut[lane == name]
+        first = on[np.argmin(start[lane == name])]
+        out.append(
+            _gap(
+                "truncated",
+                name,
+                "",
+                -1,
+                int(spans["start"].iat[first]),
+                int(spans["span_id"].iat[first]),
+                f"{len(on)} span(s) never ended, first {spans['name'].iat[first]!r}",
+            )
+        )
+    return out
+
+
+def _candidate_pairs(acc: dict, clocks: _LaneClocks, rank: _Ranker, k: int):
+    """(x, y) access pairs on lanes x < y that conflict and are unordered, and those that
+    conflict and overlap in time."""
+    lane, key, write = acc["lane"], acc["key"], acc["write"]
+    start_r, end_r = rank(acc["start"]), rank(acc["end"])
+    epoch = np.zeros(acc["n"], dtype=np.int64)
+    entry = np.zeros((acc["n"], k), dtype=np.int64)
+    for li in range(k):
+        on = lane == li
+        if not on.any():
+            continue
+        epoch[on] = np.searchsorted(clocks.release_times[li], acc["end"][on], "left") + 1
+        at = np.searchsorted(clocks.times[li], acc["start"][on], "right") - 1
+        if len(clocks.times[li]):
+            entry[on] = np.where((at >= 0)[:, None], clocks.vc[li][np.maximum(at, 0)], 0)
+    index = {
+        li: _LaneIndex(np.flatnonzero(lane == li), key, start_r, end_r, write, rank.base)
+        for li in range(k)
+        if (lane == li).any()
+    }
+    racy: list[tuple[np.ndarray, np.ndarray]] = []
+    over: list[tuple[np.ndarray, np.ndarray]] = []
+    for l1, i1 in index.items():
+        xs = i1.rows
+        for l2, i2 in index.items():
+            if l2 <= l1:
+                continue
+            # not X->Y iff Y.start < tA; not Y->X iff Y.end > tB
+            vcol = clocks.vc[l2][:, l1] if len(clocks.times[l2]) else np.empty(0, np.int64)
+            ia = np.searchsorted(vcol, epoch[xs], "left")
+            t2 = clocks.times[l2]
+            ta = np.where(
+                ia < len(t2),
+                rank(t2[np.minimum(ia, max(len(t2) - 1, 0))]) if len(t2) else rank.inf,
+                rank.inf,
+            )
+            kk = entry[xs, l2]
+            rt = clocks.release_times[l2]
+            tb = np.where(kk > 0, rank(rt[np.maximum(kk - 1, 0)]) if len(rt) else -1, -1)
+            racy.append(i2.query(xs, key, write, ta, tb, acc))
+            over.append(i2.query(xs, key, write, end_r[xs], start_r[xs], acc))
+    return (*_cat(racy), *_cat(over))
+
+
+def _cat(pairs: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
+    if not pairs:
+        return np.empty(0, np.int64), np.empty(0, np.int64)
+    return np.concatenate([p[0] for p in pairs]), np.concatenate([p[1] for p in pairs])
+
+
+class _LaneIndex:
+    """One lane's accesses sorted by (block, start), all and writes only, with the running
+    maximum of ends, so 'spans on this lane and block that intersect (tB, tA)' is two
+    binary searches and a filter."""
+
+    def __init__(self, rows, key, start_r, end_r, write, base) -> None:
+        self.rows = rows
+        self.base = base
+        self.sorted = {
+            w: self._build(rows[write[rows]] if w else rows, key, start_r, end_r)
+            for w in (False, True)
+        }
+
+    def _build(self, rows, key, start_r, end_r):
+        order = np.lexsort((start_r[rows], key[rows]))
+        rows = rows[order]
+        by_start = key[rows] * self.base + start_r[rows] + 1
+        by_end = (
+            np.maximum.accumulate(key[rows] * self.base + end_r[rows] + 1) if len(rows) else rows
+        )
+        return rows, by_start, by_end, end_r[rows]
+
+    def query(self, xs, key, write, ta, tb, acc):
+        out_x, out_y = [], []
+        for writes_only in (False, True):
+            sel = ~write[xs] if writes_only else write[xs]
+            if not sel.any():
+                continue
+            x = xs[sel]
+            rows, by_start, by_end, yend = self.sorted[writes_only]
+            kb = key[x] * self.base
+            a = np.searchsorted(by_start, kb + np.broadcast_to(ta, xs.shape)[sel] + 1, "left")
+            b = np.searchsorted(by_end, kb + np.broadcast_to(tb, xs.shape)[sel] + 1, "right")
+            length = np.maximum(a - b, 0)
+            total = int(length.sum())
+            if total == 0:
+                continue
+            xi = np.repeat(np.arange(len(x)), length)
+            offs = np.arange(total) - np.repeat(np.cumsum(length) - length, length)
+            yi = np.repeat(b, length) + offs
+            keep = yend[yi] > np.broadcast_to(tb, xs.shape)[sel][xi]
+            xr, yr = x[xi[keep]], rows[yi[keep]]
+            layers = (acc["lo"][xr] < acc["hi"][yr]) & (acc["lo"][yr] < acc["hi"][xr])
+            out_x.append(xr[layers])
+            out_y.append(yr[layers])
+        if not out_x:
+            return np.empty(0, np.int64), np.empty(0, np.int64)
+        return np.concatenate(out_x), np.concatenate(out_y)
+
+
+PAIR_COLUMNS = [
+    "span_a", "span_b", "name_a", "name_b", "lane_a", "lane_b", "role_a", "role_b",
+    "step_a", "step_b", "start_a", "end_a", "start_b", "end_b", "blocks", "n_blocks",
+    "modes", "layers_a", "layers_b", "overlapped",
+]  # fmt: skip
+
+
+def _pairs_frame(spans: pd.DataFrame, x: np.ndarray, y: np.ndarray, acc: dict) -> pd.DataFrame:
+    """Access pairs aggregated per pair of spans, ``a`` the one that started first."""
+    if len(x) == 0:
+        return _empty_pairs().copy()
+    start = spans["start"].to_numpy(np.int64)
+    s1, s2 = acc["srow"][x], acc["srow"][y]
+    swap = (start[s2] < start[s1]) | ((start[s2] == start[s1]) & (s2 < s1))
+    xa, xb = np.where(swap, y, x), np.where(swap, x, y)
+    sa, sb = acc["srow"][xa], acc["srow"][xb]
+    groups, first, inverse = np.unique(sa * len(start) + sb, return_index=True, return_inverse=True)
+    sets: list[tuple[set, set, set, set]] = [(set(), set(), set(), set()) for _ in groups]
+    lo, hi, write = acc["lo"], acc["hi"], acc["write"]
+    for g, pool, block, wa, wb, a, b in zip(
+        inverse.tolist(), acc["pool"][xa].tolist(), acc["block"][xa].tolist(),
+        write[xa].tolist(), write[xb].tolist(), xa.tolist(), xb.tolist(), strict=True,
+    ):  # fmt: skip
+        blocks, modes, layers_a, layers_b = sets[g]
+        blocks.add((pool, block))
+        modes.add(("w" if wa else "r") + ("w" if wb else "r"))
+        layers_a.add(_layer_text(lo[a], hi[a]))
+        layers_b.add(_layer_text(lo[b], hi[b]))
+    ra, rb = sa[first], sb[first]
+    out: dict[str, Any] = {}
+    for c in ("span_id", "name", "lane", "role", "step", "start", "end"):
+        values = spans[c].to_numpy()
+        out[f"{c}_a"], out[f"{c}_b"] = values[ra], values[rb]
+    frame = pd.DataFrame(out).rename(columns={"span_id_a": "span_a", "span_id_b": "span_b"})
+    frame["blocks"] = [[f"{p}:{b}" for p, b in sorted(s[0])] for s in sets]
+    frame["n_blocks"] = [len(s[0]) for s in sets]
+    for i, col in ((1, "modes"), (2, "layers_a"), (3, "layers_b")):
+        frame[col] = [",".join(sorted(s[i])) for s in sets]
+    frame["overlapped"] = (frame["start_a"] < frame["end_b"]) & (frame["start_b"] < frame["end_a"])
+    return frame[PAIR_COLUMNS]
+
+
+@functools.cache
+def _empty_pairs() -> pd.DataFrame:
+    return pd.DataFrame({c: pd.Series(dtype=_PAIR_DTYPES.get(c, "object")) for c in PAIR_COLUMNS})
+
+
+_PAIR_DTYPES = {
+    "span_a": "int64", "span_b": "int64", "step_a": "int64", "step_b": "int64",
+    "start_a": "int64", "end_a": "int64", "start_b": "int64", "end_b": "int64",
+    "n_blocks": "int64", "overlapped": "bool",
+}  # fmt: skip
+
+
+def _layer_text(lo: int, hi: int) -> str:
+    return "all" if hi == _ALL_LAYERS else f"[{lo},{hi})"
+
+
+def _gap(kind: str, lane: str, obj: str, seq: int, time: int, span_id: int, detail: str):
+    return {"kind": kind, "lane": lane, "obj": obj, "seq": seq, "time": time,
+            "span_id": span_id, "detail": detail}  # fmt: skip
+
+
+def _gap_frame(gaps: list[dict[str, Any]]) -> pd.DataFrame:
+    if not gaps:
+        return pd.DataFrame({c: pd.Series(dtype="object") for c in GAP_COLUMNS})
+    return pd.DataFrame(gaps, columns=GAP_COLUMNS)

@@ -1,0 +1,131 @@
+"""Brute-force reference for the hazard detector: transitive reachability on the event graph.
+
+Written straight from the ordering semantics, with loops and sets, sharing no code with the
+detector, so that agreement on random traces means something.
+"""
+
+from __future__ import annotations
+
+import os
+
+from fdprof.trace.model import Trace
+
+#: random traces per property-test file (the CI default keeps each file under a minute)
+EXAMPLES = int(os.environ.get("FDPROF_PROPERTY_EXAMPLES", "400"))
+
+
+def oracle(trace: Trace) -> dict[str, set]:
+    """``races``: {(span_a, span_b, overlapped)}, ``alarms``: {(span_a, span_b)}, ``gaps``:
+    {(kind, lane)} — span pairs as (smaller id, larger id) — and ``cyclic``: whether the sync
+    graph has a cycle (the detector then drops an edge, which this does not model)."""
+    syncs = trace.syncs.reset_index(drop=True)
+    ev = [
+        {"row": i, "op": r.op, "obj": r.obj, "seq": int(r.seq), "time": int(r.time),
+         "lane": str(r.lane)}
+        for i, r in enumerate(syncs.itertuples())
+    ]  # fmt: skip
+    succ: dict[int, set[int]] = {e["row"]: set() for e in ev}
+    gaps: set = set()
+    by_lane: dict[str, list[dict]] = {}
+    for e in ev:
+        by_lane.setdefault(e["lane"], []).append(e)
+    for events in by_lane.values():
+        events.sort(key=lambda e: (e["time"], e["row"]))
+        for a, b in zip(events, events[1:], strict=False):
+            succ[a["row"]].add(b["row"])
+    releases = [e for e in ev if e["op"] == "release"]
+    seen_seqless: set[str] = set()
+    for a in sorted((e for e in ev if e["op"] == "acquire"), key=lambda e: (e["time"], e["row"])):
+        same = [r for r in releases if r["obj"] == a["obj"] and r["seq"] == a["seq"]]
+        before = [r for r in same if r["time"] <= a["time"]]
+        if before:
+            src = max(before, key=lambda r: (r["time"], r["row"]))
+        elif same and a["seq"] != -1:
+            src = min(same, key=lambda r: (r["time"], r["row"]))
+        else:
+            src = None
+            if not (a["seq"] == -1 and a["obj"] not in seen_seqless):
+                gaps.add(("no_release", a["lane"]))
+        if a["seq"] == -1:
+            seen_seqless.add(a["obj"])
+        if src is not None:
+            succ[src["row"]].add(a["row"])
+    reach = {r: _reachable(r, succ) for r in succ}
+    cyclic = any(r in _reachable_strict(r, succ) for r in succ)
+
+    spans = {int(s.span_id): s for s in trace.spans.itertuples()}
+    for s in spans.values():
+        if s.end == -1:
+            gaps.add(("truncated", str(s.lane)))
+
+    def before(s, t) -> bool:
+        rel = [e["row"] for e in by_lane.get(str(s.lane), [])
+               if e["op"] == "release" and e["time"] >= s.end]  # fmt: skip
+        acq = {e["row"] for e in by_lane.get(str(t.lane), [])
+               if e["op"] == "acquire" and e["time"] <= t.start}  # fmt: skip
+        return any(reach[r] & acq for r in rel)
+
+    acc = [a for a in trace.accesses.itertuples() if spans[int(a.span_id)].end != -1]
+    races, alarms = set(), set()
+    for i, x in enumerate(acc):
+        for y in acc[i + 1 :]:
+            s, t = spans[int(x.span_id)], spans[int(y.span_id)]
+            if s.lane == t.lane or x.pool != y.pool or x.block != y.block:
+                continue
+            if x.mode == "read" and y.mode == "read":
+                continue
+            if not _layers_meet(x, y):
+                continue
+            pair = (min(s.span_id, t.span_id), max(s.span_id, t.span_id))
+            overlapped = s.start < t.end and t.start < s.end
+            if before(s, t) or before(t, s):
+                if overlapped:
+                    alarms.add(pair)
+            else:
+                races.add((*pair, overlapped))
+    return {"races": races, "alarms": alarms, "gaps": gaps, "cyclic": cyclic}
+
+
+def _reachable(start: int, succ) -> set[int]:
+    return {start} | _reachable_strict(start, succ)
+
+
+def _reachable_strict(start: int, succ) -> set[int]:
+    seen: set[int] = set()
+    todo = list(succ[start])
+    while todo:
+        n = todo.pop()
+        if n not in seen:
+            seen.add(n)
+            todo.extend(succ[n])
+    return seen
+
+
+def _layers_meet(x, y) -> bool:
+    def rng(a):
+        return (0, 1 << 62) if a.layer_lo < 0 and a.layer_hi < 0 else (a.layer_lo, a.layer_hi)
+
+    (a0, a1), (b0, b1) = rng(x), rng(y)
+    return a0 < b1 and b0 < a1
+
+
+def agrees(trace: Trace) -> bool | None:
+    """Whether :func:`find_hazards` found exactly what the oracle finds (None: cyclic trace,
+    outside the oracle's model)."""
+    from fdprof.analysis.hazards import find_hazards
+
+    expected = oracle(trace)
+    if expected.pop("cyclic"):
+        return None
+    report = find_hazards(trace)
+    got = {
+        "races": {
+            (min(a, b), max(a, b), bool(o))
+            for a, b, o in report.races[["span_a", "span_b", "overlapped"]].to_numpy().tolist()
+        },
+        "alarms": {(min(a, b), max(a, b)) for a, b in report.alarms[["span_a", "span_b"]]
+                   .to_numpy().tolist()},
+        "gaps": {(k, lane) for k, lane in report.gaps[["kind", "lane"]].to_numpy().tolist()},
+    }  # fmt: skip
+    assert got == expected
+    return True
