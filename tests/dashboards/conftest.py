@@ -93,6 +93,12 @@ def metrics_port() -> int:
 
 
 @pytest.fixture
+def dead_endpoint() -> str:
+    """An OTLP/HTTP URL on a loopback port nobody listens on: a collector that is down."""
+    return f"http://127.0.0.1:{free_port()}"
+
+
+@pytest.fixture
 def prometheus(tmp_path: Path) -> Iterator:
     """``start(targets) -> Prometheus``: a fresh server scraping ``host:port`` targets."""
     binary = shutil.which("prometheus")
