@@ -1,0 +1,139 @@
+"""Steps and where their time went: compute, swap blocking, lock wait, idle.
+
+Why: a throughput change alone does not say why. Decomposing each step's wall time (the
+categories painted in priority order, so overlapping spans count once) shows where the
+time moved between two runs, and gives the ideal gain: the throughput if the baseline's
+swaps and lock waits had hidden perfectly behind compute.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from fdprof.analysis.columns import require
+from fdprof.analysis.stats import RatioCI, paired_ratio_ci
+from fdprof.analysis.timeline import covered, merge, union
+from fdprof.errors import FdprofError
+from fdprof.trace.model import Trace
+
+STEP_NEEDS = ("span_id", "name", "start", "end", "step")
+#: span names of each category, in painting priority (compute first: a swap that runs under
+#: compute costs nothing)
+CATEGORIES: dict[str, tuple[str, ...]] = {
+    "compute": ("execute_model",),
+    "lock_wait": ("lock_wait",),
+    "swap_blocking": ("issue_swap_task",),
+}
+PARTS = (*CATEGORIES, "idle")
+
+
+def steps(trace: Trace, step_name: str | None = None) -> pd.DataFrame:
+    """One row per step: ``step``, ``start``, ``end``, ``duration`` (ns) and ``tokens``
+    (from ``batch.tokens`` of the step's spans; NaN where unknown).
+
+    Steps are the spans named ``step_name`` (or starting with it, e.g. ``ProfilerStep#``);
+    without it, the ``step`` spans, else each ``fd.step`` id's extent."""
+    spans = require(trace.spans, "spans", STEP_NEEDS)
+    spans = spans[spans["end"] != -1]
+    names = spans["name"].astype(str)
+    if step_name:
+        sel = spans[(names == step_name) | names.str.startswith(step_name)]
+        if sel.empty:
+            raise FdprofError(f"no span is named {step_name!r} (or starts with it)")
+        out = sel[["step", "start", "end"]].copy()
+    elif (names == "step").any():
+        out = spans.loc[names == "step", ["step", "start", "end"]].copy()
+    elif (spans["step"] >= 0).any():
+        g = spans[spans["step"] >= 0].groupby("step")
+        out = pd.DataFrame({"start": g["start"].min(), "end": g["end"].max()}).reset_index()
+    else:
+        raise FdprofError(
+            "no steps found: no 'step' spans and no fd.step ids; name a step range with "
+            "--step-name (e.g. ProfilerStep#)"
+        )
+    out = out.sort_values(["start", "end"], kind="stable").reset_index(drop=True)
+    known = out["step"] >= 0
+    if not known.all():
+        out["step"] = np.arange(len(out), dtype=np.int64)
+    out["duration"] = out["end"] - out["start"]
+    tokens = tokens_by_step(trace)
+    out["tokens"] = out["step"].map(tokens) if known.all() else np.nan
+    return out[["step", "start", "end", "duration", "tokens"]]
+
+
+def tokens_by_step(trace: Trace) -> pd.Series:
+    """Tokens per ``fd.step``, summed over the spans that carry ``batch.tokens``."""
+    attrs = trace.attrs
+    if attrs.empty or "key" not in attrs.columns:
+        return pd.Series(dtype=float)
+    tok = attrs[attrs["key"] == "batch.tokens"]
+    if tok.empty:
+        return pd.Series(dtype=float)
+    values = tok["value"].map(lambda v: float(json.loads(v))).to_numpy()
+    step = trace.spans.set_index("span_id")["step"].reindex(tok["span_id"]).to_numpy()
+    s = pd.Series(values, index=step)
+    return s[s.index >= 0].groupby(level=0).sum()
+
+
+def step_breakdown(
+    trace: Trace,
+    step_name: str | None = None,
+    categories: dict[str, tuple[str, ...]] = CATEGORIES,
+) -> pd.DataFrame:
+    """Each step's ``duration`` split into ``compute``, ``lock_wait``, ``swap_blocking`` and
+    ``idle`` (ns; they sum to ``duration``), plus ``blocking_any``: lock wait or swap time in
+    the step whether or not compute hid it. A trace with no compute spans (not ours) counts
+    every non-step span as compute: busy versus idle."""
+    st = steps(trace, step_name)
+    spans = trace.spans[trace.spans["end"] != -1]
+    names = spans["name"].astype(str)
+    lo, hi = st["start"].to_numpy(), st["end"].to_numpy()
+    painted = blocking = (np.empty(0, np.int64), np.empty(0, np.int64))
+    done = np.zeros(len(st), dtype=np.int64)
+    step_names = {step_name or "step"}
+    out = st.copy()
+    for i, (part, members) in enumerate(categories.items()):
+        sel = names.isin(members)
+        if i == 0 and not sel.any():
+            sel = ~names.isin(step_names) & ~names.str.startswith(step_name or "\0")
+            for other in list(categories.values())[1:]:
+                sel &= ~names.isin(other)
+        u = union(spans["start"][sel].to_numpy(), spans["end"][sel].to_numpy())
+        painted = merge(painted, u)
+        if i > 0:
+            blocking = merge(blocking, u)
+        total = covered(painted, lo, hi)
+        out[part] = total - done
+        done = total
+    out["blocking_any"] = covered(blocking, lo, hi)
+    out["idle"] = out["duration"] - done
+    return out
+
+
+@dataclass(frozen=True)
+class IdealGain:
+    """Throughput ratio if blocking (swap + lock wait) had hidden behind compute."""
+
+    ratio: RatioCI
+    actual_ns: int
+    ideal_ns: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"ratio": self.ratio.ratio, "ci95": [self.ratio.lo, self.ratio.hi],
+                "actual_ns": self.actual_ns, "ideal_ns": self.ideal_ns}  # fmt: skip
+
+
+def ideal_gain(trace: Trace, step_name: str | None = None, *, seed: int = 0) -> IdealGain:
+    """From the run's own spans: in each step, swaps and lock waits run entirely under the
+    compute (ideal step = idle + max(compute, blocking)). Ratio = actual / ideal time for
+    the same work; about 1 for a run that already overlaps."""
+    b = step_breakdown(trace, step_name)
+    ideal = b["idle"] + np.maximum(b["compute"], b["blocking_any"])
+    actual = b["duration"].to_numpy(float)
+    ci = paired_ratio_ci(actual, ideal.to_numpy(float), seed=seed)
+    return IdealGain(ci, int(actual.sum()), int(ideal.sum()))

@@ -1,0 +1,200 @@
+"""Trace diff: two runs side by side, and where the time moved between them.
+
+Works on any two traces the model loads: steps come from ``step`` spans / ``fd.step`` ids or
+a user-named range (``ProfilerStep#``). Every number carries its spread (p50/p90/p99), and
+every ratio a seeded bootstrap 95% CI.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from fdprof.analysis.breakdown import PARTS, step_breakdown
+from fdprof.analysis.columns import json_records, require
+from fdprof.analysis.stats import RatioCI, ratio_ci, spread
+from fdprof.analysis.timeline import covered, union
+from fdprof.trace.model import Trace
+
+SPAN_NEEDS = ("name", "start", "end", "role")
+SWAP_NAMES = ("swap",)
+COMPUTE_NAMES = ("execute_model",)
+LOCK_NAMES = ("lock_wait", "lock_hold")
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    """One run's numbers: ``breakdown`` has one row per step (ns), ``by_name``/``by_role``/
+    ``locks`` one row per group with count, total and duration percentiles (ns)."""
+
+    label: str
+    breakdown: pd.DataFrame
+    tokens: float | None
+    seconds: float
+    by_name: pd.DataFrame
+    by_role: pd.DataFrame
+    locks: pd.DataFrame
+    swap_overlap: float | None
+
+    @property
+    def n_steps(self) -> int:
+        return len(self.breakdown)
+
+    @property
+    def tokens_per_s(self) -> float | None:
+        return self.tokens / self.seconds if self.tokens is not None and self.seconds else None
+
+    @property
+    def steps_per_s(self) -> float | None:
+        return self.n_steps / self.seconds if self.seconds else None
+
+    @property
+    def step_latency(self) -> dict[str, Any]:
+        return spread(self.breakdown["duration"])
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "label": self.label, "steps": self.n_steps, "seconds": self.seconds,
+            "tokens": self.tokens, "tokens_per_s": self.tokens_per_s,
+            "steps_per_s": self.steps_per_s, "step_latency_ns": self.step_latency,
+            "breakdown_ns": {p: spread(self.breakdown[p]) for p in PARTS},
+            "swap_overlap": self.swap_overlap,
+            "by_name": json_records(self.by_name), "by_role": json_records(self.by_role),
+            "locks": json_records(self.locks),
+        }  # fmt: skip
+
+
+@dataclass(frozen=True)
+class DiffResult:
+    base: RunSummary
+    new: RunSummary
+    #: new/base tokens per second (steps per second when a trace has no token counts)
+    throughput: RatioCI
+    throughput_unit: str
+    #: new/base median step latency
+    step_latency: RatioCI
+    #: mean ns per step of each part, base and new, and the change: where the time moved
+    moved: pd.DataFrame
+    by_name: pd.DataFrame
+    by_role: pd.DataFrame
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "base": self.base.to_json(), "new": self.new.to_json(),
+            "throughput": self.throughput.to_json() | {"unit": self.throughput_unit},
+            "step_latency": self.step_latency.to_json(),
+            "moved": json_records(self.moved),
+            "by_name": json_records(self.by_name), "by_role": json_records(self.by_role),
+        }  # fmt: skip
+
+
+def summarize(trace: Trace, label: str = "", step_name: str | None = None) -> RunSummary:
+    spans = require(trace.spans, "spans", SPAN_NEEDS)
+    b = step_breakdown(trace, step_name)
+    tokens = float(b["tokens"].sum()) if b["tokens"].notna().any() else None
+    seconds = float(b["end"].max() - b["start"].min()) / 1e9
+    return RunSummary(
+        label=label,
+        breakdown=b,
+        tokens=tokens,
+        seconds=seconds,
+        by_name=time_by(spans, "name"),
+        by_role=time_by(spans, "role"),
+        locks=time_by(spans[spans["name"].isin(LOCK_NAMES)], ["name", "role"]),
+        swap_overlap=swap_overlap(spans),
+    )
+
+
+def diff_traces(
+    base: Trace,
+    new: Trace,
+    step_name: str | None = None,
+    *,
+    labels: tuple[str, str] = ("base", "new"),
+    seed: int = 0,
+) -> DiffResult:
+    """Compare ``new`` against ``base``: ratios are new/base."""
+    sb, sn = summarize(base, labels[0], step_name), summarize(new, labels[1], step_name)
+    both_tokens = sb.tokens is not None and sn.tokens is not None
+    return DiffResult(
+        base=sb,
+        new=sn,
+        throughput=_throughput_ratio(sb, sn, both_tokens, seed),
+        throughput_unit="tokens/s" if both_tokens else "steps/s",
+        step_latency=ratio_ci(sb.breakdown["duration"], sn.breakdown["duration"], seed=seed),
+        moved=_moved(sb.breakdown, sn.breakdown),
+        by_name=_side_by_side(sb.by_name, sn.by_name, "name"),
+        by_role=_side_by_side(sb.by_role, sn.by_role, "role"),
+    )
+
+
+def time_by(spans: pd.DataFrame, key: str | list[str]) -> pd.DataFrame:
+    """Count, total and p50/p90/p99 of finished spans' durations (ns) per ``key``."""
+    done = spans[spans["end"] != -1]
+    keys = [key] if isinstance(key, str) else key
+    frame = done[keys].astype(str).assign(dur=(done["end"] - done["start"]).to_numpy())
+    if frame.empty:
+        return pd.DataFrame(columns=[*keys, "count", "total", "p50", "p90", "p99"])
+    g = frame.groupby(keys, sort=True)["dur"]
+    out = g.agg(count="count", total="sum").join(
+        g.quantile([0.5, 0.9, 0.99]).unstack().set_axis(["p50", "p90", "p99"], axis=1)
+    )
+    return out.reset_index().sort_values("total", ascending=False, kind="stable")
+
+
+def swap_overlap(spans: pd.DataFrame) -> float | None:
+    """Fraction of the swaps' (union) time during which some ``execute_model`` ran."""
+    done = spans[spans["end"] != -1]
+    swaps = done[done["name"].isin(SWAP_NAMES)]
+    if swaps.empty:
+        return None
+    su = union(swaps["start"].to_numpy(), swaps["end"].to_numpy())
+    total = int((su[1] - su[0]).sum())
+    if total == 0:
+        return None
+    comp = done[done["name"].isin(COMPUTE_NAMES)]
+    cu = union(comp["start"].to_numpy(), comp["end"].to_numpy())
+    return float(covered(cu, su[0], su[1]).sum()) / total
+
+
+def _throughput_ratio(sb: RunSummary, sn: RunSummary, tokens: bool, seed: int) -> RatioCI:
+    """Rate ratio with steps resampled: (tokens or 1 per step, step duration) rows."""
+
+    def rows(s: RunSummary) -> np.ndarray:
+        amount = s.breakdown["tokens"].fillna(0) if tokens else np.ones(s.n_steps)
+        return np.column_stack([np.asarray(amount, float), s.breakdown["duration"]])
+
+    return ratio_ci(rows(sb), rows(sn), "rate", seed=seed)
+
+
+def _moved(b: pd.DataFrame, n: pd.DataFrame) -> pd.DataFrame:
+    """Per part: mean ns per step and p50/p90/p99 in each run, the change, and the share."""
+    rows = []
+    for part in (*PARTS, "duration"):
+        sb, sn = spread(b[part]), spread(n[part])
+        rows.append({
+            "part": "step" if part == "duration" else part,
+            "base_mean": sb["mean"], "base_p50": sb["p50"], "base_p90": sb["p90"],
+            "base_p99": sb["p99"], "new_mean": sn["mean"], "new_p50": sn["p50"],
+            "new_p90": sn["p90"], "new_p99": sn["p99"],
+            "delta_mean": (sn["mean"] or 0.0) - (sb["mean"] or 0.0),
+            "base_share": _share(b, part), "new_share": _share(n, part),
+        })  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def _share(b: pd.DataFrame, part: str) -> float | None:
+    total = float(b["duration"].sum())
+    return float(b[part].sum()) / total if total else None
+
+
+def _side_by_side(b: pd.DataFrame, n: pd.DataFrame, key: str) -> pd.DataFrame:
+    out = b.merge(n, on=key, how="outer", suffixes=("_base", "_new"))
+    for col in ("count", "total"):
+        out[[f"{col}_base", f"{col}_new"]] = out[[f"{col}_base", f"{col}_new"]].fillna(0)
+    out["delta_total"] = out["total_new"] - out["total_base"]
+    order = np.argsort(-np.abs(out["delta_total"].to_numpy()), kind="stable")
+    return out.iloc[order].reset_index(drop=True)

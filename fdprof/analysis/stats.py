@@ -1,0 +1,126 @@
+"""Spread and ratio statistics: every number a comparison reports carries its uncertainty.
+
+The ratio CI is a seeded percentile bootstrap, each sample resampled on its own (the two
+runs are independent), so the same inputs always give the same interval.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from fdprof.errors import FdprofError
+
+#: statistic over resamples: (n_boot, n[, 2]) array -> (n_boot,)
+Statistic = Callable[[np.ndarray], np.ndarray]
+
+STATISTICS: dict[str, Statistic] = {
+    "median": lambda a: np.median(a, axis=1),
+    "mean": lambda a: np.mean(a, axis=1),
+    # rows are (amount, time) pairs: total amount per total time, e.g. tokens per second
+    "rate": lambda a: a[..., 0].sum(axis=1) / a[..., 1].sum(axis=1),
+}
+
+
+def spread(values: Any) -> dict[str, float | int | None]:
+    """n, mean, p50, p90, p99, min and max of ``values`` (None when empty)."""
+    a = np.asarray(values, dtype=float)
+    if a.size == 0:
+        return dict.fromkeys(("n", "mean", "p50", "p90", "p99", "min", "max"), None) | {"n": 0}
+    p50, p90, p99 = np.percentile(a, [50, 90, 99])
+    return {"n": int(a.size), "mean": float(a.mean()), "p50": float(p50), "p90": float(p90),
+            "p99": float(p99), "min": float(a.min()), "max": float(a.max())}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class RatioCI:
+    """``statistic(new) / statistic(base)`` with a bootstrap confidence interval."""
+
+    ratio: float
+    lo: float
+    hi: float
+    confidence: float
+    statistic: str
+    n_boot: int
+    seed: int
+
+    @property
+    def includes_one(self) -> bool:
+        """True when the interval cannot tell the two apart."""
+        return self.lo <= 1.0 <= self.hi
+
+    def to_json(self) -> dict[str, Any]:
+        return {"ratio": self.ratio, "ci": [self.lo, self.hi], "confidence": self.confidence,
+                "statistic": self.statistic, "includes_one": self.includes_one}  # fmt: skip
+
+
+def ratio_ci(
+    base: Any,
+    new: Any,
+    statistic: str = "median",
+    *,
+    confidence: float = 0.95,
+    n_boot: int = 2000,
+    seed: int = 0,
+) -> RatioCI:
+    """``statistic(new) / statistic(base)`` and its percentile-bootstrap CI, the two samples
+    resampled independently. Samples are 1-D, or (n, 2) rows of (amount, time) for
+    ``statistic="rate"``."""
+    stat = _statistic(statistic, confidence)
+    b, n = _sample(base), _sample(new)
+    denom = float(stat(b[None])[0])
+    if denom == 0:
+        raise FdprofError(f"the base {statistic} is 0: no ratio")
+    rng = np.random.default_rng(seed)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratios = _resample(n, stat, n_boot, rng) / _resample(b, stat, n_boot, rng)
+    return _interval(float(stat(n[None])[0]) / denom, ratios, confidence, statistic, n_boot, seed)
+
+
+def paired_ratio_ci(
+    num: Any, den: Any, *, confidence: float = 0.95, n_boot: int = 2000, seed: int = 0
+) -> RatioCI:
+    """``sum(num) / sum(den)`` over paired units (e.g. steps: actual and ideal time), with the
+    units resampled together."""
+    rows = np.column_stack([_sample(num), _sample(den)])
+    stat = _statistic("rate", confidence)
+    if rows[:, 1].sum() == 0:
+        raise FdprofError("the denominator sums to 0: no ratio")
+    rng = np.random.default_rng(seed)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratios = _resample(rows, stat, n_boot, rng)
+    return _interval(float(stat(rows[None])[0]), ratios, confidence, "rate", n_boot, seed)
+
+
+def _statistic(name: str, confidence: float) -> Statistic:
+    if name not in STATISTICS:
+        raise FdprofError(f"unknown statistic {name!r} (one of {', '.join(STATISTICS)})")
+    if not 0 < confidence < 1:
+        raise FdprofError(f"confidence must be between 0 and 1, got {confidence}")
+    return STATISTICS[name]
+
+
+def _sample(values: Any) -> np.ndarray:
+    a = np.asarray(values, dtype=float)
+    if len(a) == 0:
+        raise FdprofError("a ratio needs at least one value on each side")
+    return a
+
+
+def _resample(a: np.ndarray, stat: Statistic, n_boot: int, rng: np.random.Generator):
+    """``n_boot`` bootstrap replicates of ``stat(a)``, in chunks that bound memory."""
+    out = np.empty(n_boot)
+    chunk = max(1, 4_000_000 // len(a))
+    for i in range(0, n_boot, chunk):
+        k = min(chunk, n_boot - i)
+        out[i : i + k] = stat(a[rng.integers(0, len(a), (k, len(a)))])
+    return out
+
+
+def _interval(ratio, ratios, confidence, statistic, n_boot, seed) -> RatioCI:
+    tail = (1 - confidence) / 2 * 100
+    lo, hi = np.nanpercentile(ratios, [tail, 100 - tail])
+    return RatioCI(ratio, float(lo), float(hi), confidence, statistic, n_boot, seed)

@@ -1,0 +1,69 @@
+"""Bootstrap ratios and interval unions, against values worked out by hand."""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from fdprof.analysis.stats import paired_ratio_ci, ratio_ci, spread
+from fdprof.analysis.timeline import covered, union
+from fdprof.errors import FdprofError
+
+
+def test_ratio_of_medians_and_a_seeded_interval():
+    rng = np.random.default_rng(1)
+    base, new = rng.normal(100, 5, 200), rng.normal(120, 5, 200)
+    r = ratio_ci(base, new, seed=3)
+    assert r.ratio == pytest.approx(np.median(new) / np.median(base))
+    assert r.lo < r.ratio < r.hi and not r.includes_one
+    assert ratio_ci(base, new, seed=3) == r  # same seed, same interval
+
+
+def test_interval_includes_one_when_samples_agree():
+    rng = np.random.default_rng(2)
+    assert ratio_ci(rng.normal(100, 5, 50), rng.normal(100, 5, 50), "mean").includes_one
+
+
+def test_rate_statistic_is_total_over_total():
+    base = np.array([[10, 1.0], [10, 1.0]])
+    new = np.array([[30, 1.0], [10, 1.0]])
+    assert ratio_ci(base, new, "rate").ratio == pytest.approx(2.0)
+    assert paired_ratio_ci([4, 4], [2, 2]).ratio == pytest.approx(2.0)
+
+
+@pytest.mark.parametrize(
+    ("base", "new", "kw", "match"),
+    [([], [1.0], {}, "at least one"), ([0.0], [1.0], {}, "is 0"),
+     ([1.0], [1.0], {"statistic": "mode"}, "unknown statistic")],
+)  # fmt: skip
+def test_bad_ratio_input_is_one_clear_error(base, new, kw, match):
+    with pytest.raises(FdprofError, match=match):
+        ratio_ci(base, new, **kw)
+
+
+def test_spread():
+    s = spread(range(1, 101))
+    assert (s["n"], s["p50"], s["max"]) == (100, 50.5, 100.0)
+    assert spread([])["p99"] is None
+
+
+def test_union_and_covered():
+    u = union(np.array([0, 5, 2, 20]), np.array([3, 8, 4, 30]))
+    assert u[0].tolist() == [0, 5, 20] and u[1].tolist() == [4, 8, 30]
+    assert covered(u, np.array([0, 3, 25, 40]), np.array([10, 21, 100, 50])).tolist() == [
+        7, 5, 5, 0,
+    ]  # fmt: skip
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(0, 50), st.integers(0, 20)), max_size=12),
+    st.integers(0, 60),
+    st.integers(0, 30),
+)
+def test_covered_matches_counting_points(intervals, lo, width):
+    s = np.array([a for a, _ in intervals], dtype=np.int64)
+    e = np.array([a + d for a, d in intervals], dtype=np.int64)
+    points = {t for a, b in zip(s, e, strict=True) for t in range(a, b)}
+    expected = sum(1 for t in points if lo <= t < lo + width)
+    assert covered(union(s, e), np.array([lo]), np.array([lo + width]))[0] == expected
