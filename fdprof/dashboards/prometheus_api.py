@@ -38,6 +38,11 @@ def query_range(url: str, expr: str, start: float, end: float, step: float = 1.0
     return data["result"]
 
 
+def query_exemplars(url: str, expr: str, start: float, end: float) -> list[dict]:
+    """Exemplars of the series ``expr`` selects (Prometheus needs ``exemplar-storage`` on)."""
+    return _get(url, "/api/v1/query_exemplars", {"query": expr, "start": start, "end": end})
+
+
 def finite_samples(result: list[dict]) -> int:
     return sum(1 for series in result for _, v in series["values"] if math.isfinite(float(v)))
 

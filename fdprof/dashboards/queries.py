@@ -19,6 +19,8 @@ class Query:
     ref: str
     language: str  # "promql" | "traceql"
     text: str
+    #: Grafana shows this target's exemplars (links to traces)
+    exemplar: bool = False
 
     def __str__(self) -> str:
         return f"{self.dashboard} / {self.panel} / {self.ref}: {self.text}"
@@ -64,6 +66,7 @@ def queries(dashboard: dict, window: str = "30s") -> list[Query]:
                     target["refId"],
                     language,
                     substitute(text, values),
+                    bool(target.get("exemplar")),
                 )
             )
     return out

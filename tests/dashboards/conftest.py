@@ -8,7 +8,7 @@ import socket
 import subprocess
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -43,14 +43,32 @@ class Prometheus:
             )
         ]
 
-    def wait_for_data(self, queries: list[Query], start: float, timeout_s: float) -> list[Query]:
-        """Poll until every query returns data; the ones still empty at the deadline."""
+    def without_exemplars(self, queries: list[Query], start: float, label: str) -> list[Query]:
+        """The queries with no exemplar carrying ``label`` between ``start`` and now."""
+        end = time.time()
+        return [
+            q
+            for q in queries
+            if not any(
+                label in exemplar["labels"]
+                for found in prometheus_api.query_exemplars(self.url, q.text, start, end)
+                for exemplar in found["exemplars"]
+            )
+        ]
+
+    @staticmethod
+    def wait(missing: Callable[[], list[Query]], timeout_s: float) -> list[Query]:
+        """Poll ``missing()`` until it is empty; what it still returns at the deadline."""
         deadline = time.monotonic() + timeout_s
         while True:
-            missing = self.empty(queries, start)
-            if not missing or time.monotonic() > deadline:
-                return missing
+            left = missing()
+            if not left or time.monotonic() > deadline:
+                return left
             time.sleep(1)
+
+    def wait_for_data(self, queries: list[Query], start: float, timeout_s: float) -> list[Query]:
+        """Poll until every query returns data; the ones still empty at the deadline."""
+        return self.wait(lambda: self.empty(queries, start), timeout_s)
 
     def stop(self) -> None:
         self.process.terminate()

@@ -3,7 +3,8 @@
 
     python metrics_server.py PORT SECONDS
 
-It observes seeded values for both lock modes every 50 ms and exits after SECONDS.
+It observes seeded values for both lock modes every 50 ms, histograms with a ``trace_id``
+exemplar as the probe attaches them, and exits after SECONDS.
 """
 
 from __future__ import annotations
@@ -52,7 +53,8 @@ def tick(instruments: dict, rng: random.Random) -> None:
             for combo in _combinations(own):
                 child = instrument.labels(kv_lock=kv_lock, dp_rank="0", role=role, **combo)
                 if metric.kind == "histogram":
-                    child.observe(rng.expovariate(200.0))
+                    trace_id = f"{rng.getrandbits(128):032x}"
+                    child.observe(rng.expovariate(200.0), exemplar={"trace_id": trace_id})
                 elif metric is not M.DROPPED_RECORDS:
                     child.inc(rng.randint(1, 8))
                 else:

@@ -1,5 +1,6 @@
 """The harness against a real metrics process: every PromQL query of every dashboard returns
-data, and a renamed metric does not (so the engine test can fail for the right reason)."""
+data, and a renamed metric does not (so the engine test can fail for the right reason);
+exemplar panels get exemplars under the label the datasource links to Tempo."""
 
 from __future__ import annotations
 
@@ -9,11 +10,20 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+import yaml
+
 from fdprof import dashboards
 from fdprof.dashboards import __main__ as cli
 from fdprof.probe import metric_names as M
 
 SERVER = Path(__file__).with_name("metrics_server.py")
+DATASOURCES = Path(__file__).resolve().parents[2] / "dashboards/provisioning/datasources"
+#: the exemplar label Grafana's Prometheus datasource turns into a link to Tempo
+(TRACE_ID_LABEL,) = (
+    link["name"]
+    for source in yaml.safe_load((DATASOURCES / "fdprof.yaml").read_text())["datasources"]
+    for link in source.get("jsonData", {}).get("exemplarTraceIdDestinations", [])
+)
 #: $__rate_interval as Grafana computes it for a 1 s scrape interval (4 scrapes)
 WINDOW = "4s"
 
@@ -33,6 +43,13 @@ def test_every_panel_query_returns_data_from_a_real_metrics_process(
         tokens = next(q for q in all_queries if name in q.text)
         renamed = replace(tokens, text=tokens.text.replace(name, "fd_tokens_generated_total"))
         assert prom.empty([renamed], start) == [renamed]
+
+        exemplar_queries = [q for q in all_queries if q.exemplar]
+        assert exemplar_queries
+        missing = prom.wait(
+            lambda: prom.without_exemplars(exemplar_queries, start, TRACE_ID_LABEL), 20
+        )
+        assert not missing, "no trace_id exemplars for:\n" + "\n".join(map(str, missing))
 
         assert cli.main(["--verify", prom.url, "--minutes", "2", "--window", WINDOW]) == 0
         assert "0 of the dashboards' PromQL queries returned no data" in capsys.readouterr().out
