@@ -28,8 +28,14 @@ enum { K_STRING = 1, K_SPAN_BEGIN, K_SPAN_END, K_ATTR_INT, K_ATTR_FLOAT, K_ATTR_
 enum { OP_RELEASE = 1, OP_ACQUIRE = 2 };
 
 static __thread uint32_t cached_tid;
+/* Bumped in a forked child: a recorder made before the fork belongs to the parent (whose
+ * mapping the child shares), so in the child it records nothing until configure() again. */
+static unsigned long fork_generation;
 
-static void forget_tid(void) { cached_tid = 0; }
+static void after_fork_child(void) {
+    cached_tid = 0;
+    fork_generation++;
+}
 
 static inline uint32_t native_tid(void) {
     if (!cached_tid) cached_tid = (uint32_t)syscall(SYS_gettid);
@@ -51,6 +57,7 @@ typedef struct {
     char **maps;
     size_t nmaps;
     uint64_t next_id;
+    unsigned long generation;
     unsigned long long records;
     PyObject *path;
     PyObject *strings;    /* text -> id */
@@ -77,9 +84,11 @@ static int grow(Recorder *r) {
     return 0;
 }
 
-/* Room for a record with `payload` bytes; returns the payload pointer, NULL on error. */
+/* Room for a record with `payload` bytes; returns the payload pointer, or NULL: an error
+ * is set, or none when this is a forked child's inherited recorder (the record is skipped). */
 static char *reserve(Recorder *r, size_t payload) {
     if (!r->buf) { closed_error(); return NULL; }
+    if (r->generation != fork_generation) return NULL;
     size_t size = HEADER_SIZE + payload;
     if (r->off + size > CHUNK && grow(r) != 0) return NULL;
     char *p = r->buf + r->off + HEADER_SIZE;
@@ -99,6 +108,8 @@ static void publish(Recorder *r, uint8_t kind, uint8_t flags, size_t payload) {
 }
 
 #define PUT(p, off, v) memcpy((p) + (off), &(v), sizeof(v))
+/* what a writer returns when reserve() gave no room: -1 on error, 0 for a skipped record */
+#define SKIPPED() (PyErr_Occurred() ? -1 : 0)
 
 static int put_string(Recorder *r, uint32_t sid, const char *data, Py_ssize_t n) {
     if (n > MAX_PAYLOAD - 4) {
@@ -106,7 +117,7 @@ static int put_string(Recorder *r, uint32_t sid, const char *data, Py_ssize_t n)
         while (n > 0 && ((unsigned char)data[n] & 0xC0) == 0x80) n--; /* whole UTF-8 chars */
     }
     char *p = reserve(r, 4 + (size_t)n);
-    if (!p) return -1;
+    if (!p) return SKIPPED();
     PUT(p, 0, sid);
     memcpy(p + 4, data, (size_t)n);
     publish(r, K_STRING, 0, 4 + (size_t)n);
@@ -156,7 +167,7 @@ static uint32_t handle_id(Recorder *r, PyObject *handle) {
 
 static int w_span_begin(Recorder *r, uint64_t sid, uint64_t parent, uint32_t name, int64_t t0) {
     char *p = reserve(r, 32);
-    if (!p) return -1;
+    if (!p) return SKIPPED();
     uint32_t pad = 0;
     PUT(p, 0, sid); PUT(p, 8, parent); PUT(p, 16, name); PUT(p, 20, pad); PUT(p, 24, t0);
     publish(r, K_SPAN_BEGIN, 0, 32);
@@ -165,7 +176,7 @@ static int w_span_begin(Recorder *r, uint64_t sid, uint64_t parent, uint32_t nam
 
 static int w_span_end(Recorder *r, uint64_t sid, int64_t t1) {
     char *p = reserve(r, 16);
-    if (!p) return -1;
+    if (!p) return SKIPPED();
     PUT(p, 0, sid); PUT(p, 8, t1);
     publish(r, K_SPAN_END, 0, 16);
     return 0;
@@ -173,7 +184,7 @@ static int w_span_end(Recorder *r, uint64_t sid, int64_t t1) {
 
 static int w_attr8(Recorder *r, uint8_t kind, uint64_t sid, uint32_t key, const void *v8) {
     char *p = reserve(r, 24);
-    if (!p) return -1;
+    if (!p) return SKIPPED();
     uint32_t pad = 0;
     PUT(p, 0, sid); PUT(p, 8, key); PUT(p, 12, pad); memcpy(p + 16, v8, 8);
     publish(r, kind, 0, 24);
@@ -185,7 +196,7 @@ static int w_attr_str(Recorder *r, uint64_t sid, uint32_t key, PyObject *value) 
     uint32_t vid = intern_text(r, value);
     if (!vid) return -1;
     char *p = reserve(r, 16);
-    if (!p) return -1;
+    if (!p) return SKIPPED();
     PUT(p, 0, sid); PUT(p, 8, key); PUT(p, 12, vid);
     publish(r, K_ATTR_STR, 0, 16);
     return 0;
@@ -197,7 +208,7 @@ static int w_attr_ints(Recorder *r, uint64_t sid, uint32_t key, PyObject *values
     Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
     if (n > (MAX_PAYLOAD - 16) / 4) n = (MAX_PAYLOAD - 16) / 4;
     char *p = reserve(r, 16 + 4 * (size_t)n);
-    if (!p) { Py_DECREF(seq); return -1; }
+    if (!p) { Py_DECREF(seq); return SKIPPED(); }
     PyObject **items = PySequence_Fast_ITEMS(seq);
     for (Py_ssize_t i = 0; i < n; i++) {
         long v = PyLong_AsLong(items[i]);
@@ -214,7 +225,7 @@ static int w_attr_ints(Recorder *r, uint64_t sid, uint32_t key, PyObject *values
 
 static int w_sync(Recorder *r, uint64_t sid, uint32_t obj, uint32_t op, int64_t seq, int64_t t) {
     char *p = reserve(r, 32);
-    if (!p) return -1;
+    if (!p) return SKIPPED();
     PUT(p, 0, sid); PUT(p, 8, obj); PUT(p, 12, op); PUT(p, 16, seq); PUT(p, 24, t);
     publish(r, K_SYNC, 0, 32);
     return 0;
@@ -247,6 +258,7 @@ static int Recorder_init(Recorder *r, PyObject *args, PyObject *kw) {
     r->handles = PyDict_New();
     if (!r->strings || !r->handles) return -1;
     r->next_id = ((uint64_t)getpid() << PID_SHIFT) + 1;
+    r->generation = fork_generation;
     if (grow(r) != 0) return -1;
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
@@ -294,7 +306,7 @@ static PyObject *Recorder_name_thread(Recorder *r, PyObject *name) {
     uint32_t sid = intern_text(r, name);
     if (!sid) return NULL;
     char *p = reserve(r, 4);
-    if (!p) return NULL;
+    if (!p) { if (PyErr_Occurred()) return NULL; Py_RETURN_NONE; }
     PUT(p, 0, sid);
     publish(r, K_THREAD_NAME, 0, 4);
     Py_RETURN_NONE;
@@ -380,7 +392,7 @@ static PyObject *Recorder_context(Recorder *r, PyObject *const *a, Py_ssize_t n)
         return NULL;
     }
     char *p = reserve(r, 32);
-    if (!p) return NULL;
+    if (!p) { if (PyErr_Occurred()) return NULL; Py_RETURN_NONE; }
     PUT(p, 0, sid);
     memcpy(p + 8, PyBytes_AS_STRING(a[1]), 16);
     PUT(p, 24, remote);
@@ -592,7 +604,7 @@ static struct PyModuleDef module = {
 
 PyMODINIT_FUNC PyInit__recorder(void) {
     if (PyType_Ready(&RecorderType) < 0 || PyType_Ready(&SpanCtxType) < 0) return NULL;
-    pthread_atfork(NULL, NULL, forget_tid);
+    pthread_atfork(NULL, NULL, after_fork_child);
     PyObject *m = PyModule_Create(&module);
     if (!m) return NULL;
     Py_INCREF(&RecorderType);

@@ -33,6 +33,18 @@ MAX_PAYLOAD = 0xFFFF
 #: ``FDPROF_RECORDER=python`` selects this twin even where the C extension is built
 RECORDER_ENV = "FDPROF_RECORDER"
 
+#: bumped in a forked child: a recorder made before the fork shares the parent's mapping, so
+#: in the child it records nothing (configure() the probe again there)
+_fork_generation = 0
+
+
+def _after_fork_in_child() -> None:
+    global _fork_generation
+    _fork_generation += 1
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
 
 class Recorder:
     """Appends records for one process. Thread-safe; one instance per process."""
@@ -48,6 +60,7 @@ class Recorder:
         self._strings: dict[str, int] = {}
         self._handles: dict[object, int] = {}
         self._ids = itertools.count((os.getpid() << PID_SHIFT) + 1)
+        self._generation = _fork_generation
         self.records = 0
         self._grow()
         header = R.FILE_HEADER.pack(
@@ -81,6 +94,8 @@ class Recorder:
         """:meth:`_write` with the lock held."""
         if self._buf is None:
             raise ValueError("recorder is closed")
+        if self._generation != _fork_generation:
+            return
         length = layout.size + len(tail)
         off = self._reserve(R.RECORD_HEADER.size + length)
         buf = self._buf

@@ -193,3 +193,25 @@ def test_tail_while_writing_sees_only_whole_records(tmp_path, impl):
             break
     proc.join(10)
     assert seen == [[i, i + 1] for i in range(60_000)]
+
+
+def _inherited(rec) -> None:
+    n = name("swap", "swap")
+    for _ in range(1000):
+        rec.end(rec.begin(n))
+    os._exit(0)
+
+
+def test_forked_child_does_not_write_into_the_parents_file(tmp_path, impl):
+    rec = open_recorder(tmp_path / "parent.rec", "engine")
+    n = name("step", "step")
+    rec.end(rec.begin(n))
+    child = mp.get_context("fork").Process(target=_inherited, args=(rec,))
+    child.start()
+    child.join(60)
+    assert child.exitcode == 0
+    for _ in range(10):
+        rec.end(rec.begin(n))
+    rec.close()
+    spans = spans_of(tmp_path / "parent.rec")
+    assert len(spans) == 11 and {s["name"] for s in spans.values()} == {"step"}
