@@ -34,6 +34,8 @@ from fdprof.trace.model import Trace
 DEVICE_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotation"})
 #: args of the fdprof writer that fill columns instead of attributes
 SPAN_ID, PARENT_ID, TRACE_ID, TRUE_TID = "fd.span_id", "fd.parent_id", "fd.trace_id", "fd.tid"
+#: a span's lane and role where the writer could not leave them to a thread or an attribute
+SPAN_LANE, SPAN_ROLE = "fd.span_lane", "fd.span_role"
 #: the span a sync instant belongs to
 SYNC_SPAN = "sync.span"
 #: process metadata args of the fdprof writer
@@ -160,8 +162,9 @@ class _Builder:
             raise TypeError("name should be a string")
         cats = [ev.get("cat") for ev in evs]
         lanes = [
-            f"cuda:{p}/stream:{t}" if lane is None and c in DEVICE_CATS else lane
-            for lane, c, p, t in zip(lanes, cats, pid, tid, strict=True)
+            a.pop(SPAN_LANE, None)
+            or (f"cuda:{p}/stream:{t}" if lane is None and c in DEVICE_CATS else lane)
+            for a, lane, c, p, t in zip(args, lanes, cats, pid, tid, strict=True)
         ]
         intern = self.names.setdefault
         cols = self.cols
@@ -174,6 +177,7 @@ class _Builder:
         cols["tid"].append(np.array(tid, dtype=np.int64))
         cols["name"].append(np.array([intern(n, n) for n in names], dtype=object))
         cols["lane"].append(np.array(lanes, dtype=object))
+        cols["role"].append(np.array([a.pop(SPAN_ROLE, None) for a in args], dtype=object))
         self.rows += len(evs)
         with_cat = [(sid, c) for sid, c in zip(sids, cats, strict=True) if c]
         self.attr_span.append(np.array([sid for sid, _ in with_cat], dtype=np.int64))
@@ -264,7 +268,18 @@ class _Builder:
             self.threads[f"{pid}/{self.ident(ev.get('tid'))}"] = str(args.get("name", ""))
 
 
-_SPAN_COLS = ("span_id", "parent_id", "name", "start", "end", "pid", "tid", "trace_id", "lane")
+_SPAN_COLS = (
+    "span_id",
+    "parent_id",
+    "name",
+    "start",
+    "end",
+    "pid",
+    "tid",
+    "trace_id",
+    "lane",
+    "role",
+)
 _SYNC_COLS = ("op", "obj", "seq", "time", "pid", "tid", "lane", "span_id")
 BATCH = 1 << 14
 
@@ -311,6 +326,11 @@ def read(path: Path) -> Trace:
     return _finish(trace, b)
 
 
+def _roles(given: np.ndarray, pids: np.ndarray, role_of: dict[int, str]) -> np.ndarray:
+    """Each span's role: its own where the writer recorded one, else its process's."""
+    return np.where(np.equal(given, None), pd.Series(pids).map(role_of).to_numpy(object), given)
+
+
 def _finish(trace: Trace, b: _Builder) -> Trace:
     def cat(name: str, dtype) -> np.ndarray:
         parts = b.cols[name]
@@ -347,7 +367,7 @@ def _finish(trace: Trace, b: _Builder) -> Trace:
         "end": end,
         "pid": pids,
         "tid": cat("tid", np.int64),
-        "role": pd.Series(pids).map(role_of).to_numpy(object),
+        "role": _roles(cat("role", object), pids, role_of),
         "trace_id": cat("trace_id", object),
         "lane": cat("lane", object),
     }

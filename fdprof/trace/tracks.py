@@ -1,0 +1,82 @@
+"""Display tracks for timeline viewers that drop overlapping slices on one thread.
+
+Perfetto (and chrome://tracing) show a thread's ``X`` slices as one stack: a slice that
+overlaps another without nesting in it is dropped. So a span is placed on its thread's track
+only if it nests properly there; device lanes (``fd.lane``) and swaps get tracks of their own,
+and spans that would still overlap move to overflow tracks. Nothing is dropped.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from fdprof.trace.conventions import thread_lanes
+
+#: span names that always get a track of their own (they overlap the work they serve)
+OWN_TRACK_NAMES = frozenset({"swap", "issue_swap_task"})
+#: thread ids of synthetic tracks start here (Linux thread ids stay below 2**22)
+SYNTHETIC_TID = 1 << 30
+
+
+@dataclass
+class Tracks:
+    #: track thread id per span row (the span's own tid when it stays on its thread)
+    span_tid: np.ndarray
+    #: (pid, track tid) -> track name, for the synthetic tracks
+    names: dict[tuple[int, int], str]
+    #: (pid, lane) -> track tid of the lane's first track, for lanes that are not threads
+    lane_tracks: dict[tuple[int, str], int]
+
+
+def assign(spans: pd.DataFrame) -> Tracks:
+    """A track per span such that slices on each track nest properly."""
+    pid = spans["pid"].to_numpy(np.int64)
+    tid = spans["tid"].to_numpy(np.int64)
+    lane = spans["lane"].to_numpy(object)
+    name = spans["name"].to_numpy(object)
+    own_lane = lane != thread_lanes(pid, tid)
+    own_name = np.isin(name, list(OWN_TRACK_NAMES)) & ~own_lane
+    group = np.where(
+        own_lane,
+        "lane " + lane.astype(str),
+        np.where(own_name, "name " + lane.astype(str) + " " + name.astype(str), "thread"),
+    )
+    start = spans["start"].to_numpy(np.int64)
+    end = spans["end"].to_numpy(np.int64)
+    end = np.where(end < 0, np.iinfo(np.int64).max, end)
+    order = np.lexsort((-end, start, tid, pid, group))
+    span_tid = tid.copy()
+    names: dict[tuple[int, int], str] = {}
+    lane_tracks: dict[tuple[int, str], int] = {}
+    tracks: dict[tuple, int] = {}
+    stacks: dict[tuple, list[int]] = {}
+    for row in order.tolist():
+        g, p, t = group[row], int(pid[row]), int(tid[row])
+        base = (g, p) if g != "thread" else (g, p, t)
+        s, e = int(start[row]), int(end[row])
+        level = 0
+        while True:
+            stack = stacks.setdefault((*base, level), [])
+            while stack and stack[-1] <= s:
+                stack.pop()
+            if not stack or stack[-1] >= e:
+                stack.append(e)
+                break
+            level += 1
+        key = (*base, level)
+        if g == "thread" and level == 0:
+            continue
+        track = tracks.get(key)
+        if track is None:
+            track = tracks[key] = SYNTHETIC_TID + len(tracks)
+            label = lane[row] if g != "thread" else f"{p}/{t}"
+            if g.startswith("name "):
+                label = f"{label} {name[row]}"
+            names[(p, track)] = label if level == 0 else f"{label} (overlap {level})"
+            if own_lane[row] and level == 0:
+                lane_tracks.setdefault((p, lane[row]), track)
+        span_tid[row] = track
+    return Tracks(span_tid, names, lane_tracks)
