@@ -13,11 +13,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import yaml
 
 from fdprof.dashboards import prometheus_api
 from fdprof.dashboards.queries import Query
 
 READY_TIMEOUT_S = 60
+DATASOURCES = Path(__file__).resolve().parents[2] / "dashboards/provisioning/datasources"
 
 
 def free_port() -> int:
@@ -108,6 +110,17 @@ def _wait_ready(server: Prometheus) -> None:
 def metrics_port() -> int:
     """A free loopback port for the process whose metrics Prometheus scrapes."""
     return free_port()
+
+
+@pytest.fixture
+def trace_id_label() -> str:
+    """The exemplar label that the provisioned Prometheus datasource links to Tempo."""
+    (label,) = (
+        link["name"]
+        for source in yaml.safe_load((DATASOURCES / "fdprof.yaml").read_text())["datasources"]
+        for link in source.get("jsonData", {}).get("exemplarTraceIdDestinations", [])
+    )
+    return label
 
 
 @pytest.fixture

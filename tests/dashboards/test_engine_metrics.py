@@ -21,6 +21,7 @@ WINDOW = "10s"
 #: counter appears only once some swap overlapped (never under the lock), and the OTLP sink's
 #: dropped counter only at shutdown, after the last scrape. Reported as XFAIL until fixed; any
 #: other empty panel fails.
+#: Nor does it attach trace-id exemplars to its histograms yet: also XFAIL until it does.
 AWAITING_PROBE = {"Swap time overlapped with execute_model", "Dropped spans/s by sink"}
 
 
@@ -38,7 +39,7 @@ def _run_serves_metrics() -> bool:
 @pytest.mark.slow
 @pytest.mark.skipif(not _run_serves_metrics(), reason="fdprof run --metrics-port not built yet")
 def test_every_panel_query_returns_data_from_an_engine_run(
-    prometheus, metrics_port, dead_endpoint, tmp_path
+    prometheus, metrics_port, dead_endpoint, trace_id_label, tmp_path
 ):
     """The baseline engine (lock wait has data), its collector down (dropped spans have data)."""
     prom = prometheus([f"127.0.0.1:{metrics_port}"])
@@ -58,8 +59,13 @@ def test_every_panel_query_returns_data_from_an_engine_run(
         timeout=300,
     )
     assert run.returncode == 0, run.stderr[-2000:]
-    missing = prom.wait_for_data(dashboards.promql(WINDOW), start, timeout_s=10)
+    queries = dashboards.promql(WINDOW)
+    missing = prom.wait_for_data(queries, start, timeout_s=10)
     broken = [q for q in missing if q.panel not in AWAITING_PROBE]
     assert not broken, "no data for:\n" + "\n".join(map(str, broken))
-    if missing:
-        pytest.xfail("awaiting the probe: " + ", ".join(sorted({q.panel for q in missing})))
+    pending = sorted({q.panel for q in missing})
+
+    exemplars = prom.without_exemplars([q for q in queries if q.exemplar], start, trace_id_label)
+    pending += [f"exemplars on {q.panel}" for q in exemplars]
+    if pending:
+        pytest.xfail("awaiting the probe: " + ", ".join(pending))

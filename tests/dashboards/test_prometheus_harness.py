@@ -10,26 +10,18 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-import yaml
-
 from fdprof import dashboards
 from fdprof.dashboards import __main__ as cli
 from fdprof.probe import metric_names as M
 
 SERVER = Path(__file__).with_name("metrics_server.py")
-DATASOURCES = Path(__file__).resolve().parents[2] / "dashboards/provisioning/datasources"
-#: the exemplar label Grafana's Prometheus datasource turns into a link to Tempo
-(TRACE_ID_LABEL,) = (
-    link["name"]
-    for source in yaml.safe_load((DATASOURCES / "fdprof.yaml").read_text())["datasources"]
-    for link in source.get("jsonData", {}).get("exemplarTraceIdDestinations", [])
-)
+
 #: $__rate_interval as Grafana computes it for a 1 s scrape interval (4 scrapes)
 WINDOW = "4s"
 
 
 def test_every_panel_query_returns_data_from_a_real_metrics_process(
-    prometheus, metrics_port, capsys
+    prometheus, metrics_port, trace_id_label, capsys
 ):
     server = subprocess.Popen([sys.executable, str(SERVER), str(metrics_port), "60"])
     try:
@@ -47,7 +39,7 @@ def test_every_panel_query_returns_data_from_a_real_metrics_process(
         exemplar_queries = [q for q in all_queries if q.exemplar]
         assert exemplar_queries
         missing = prom.wait(
-            lambda: prom.without_exemplars(exemplar_queries, start, TRACE_ID_LABEL), 20
+            lambda: prom.without_exemplars(exemplar_queries, start, trace_id_label), 20
         )
         assert not missing, "no trace_id exemplars for:\n" + "\n".join(map(str, missing))
 
