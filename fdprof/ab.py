@@ -1,0 +1,218 @@
+"""The main job: the baseline (lock) and the lockless engine, K runs each, interleaved.
+
+Runs are paired by seed and alternate which mode goes first (ABBA), so drift of this noisy
+machine hits both modes alike; the gain is the ratio of mean throughputs with a bootstrap CI
+over the pairs. Every run is also checked: hazards, integrity, and on the baseline the lock
+what-if. The result is plain data that the renderers in :mod:`fdprof.report` turn into text,
+Markdown and HTML.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from fdprof.analysis.breakdown import PARTS, step_breakdown
+from fdprof.analysis.hazards import find_hazards
+from fdprof.analysis.stats import RatioCI, paired_ratio_ci, spread
+from fdprof.analysis.whatif import what_if_drop_lock
+from fdprof.probe import ProbeConfig
+from fdprof.trace import load
+from fdprof.trace.model import Trace
+
+MODES = ("ipc", "none")
+LABELS = {"ipc": "baseline (lock)", "none": "lockless"}
+#: span names drawn in the timeline excerpt, one lane each
+TIMELINE_SPANS = ("execute_model", "swap", "issue_swap_task", "lock_wait")
+TIMELINE_WINDOW_NS = 400_000_000
+
+
+@dataclass
+class RunOutcome:
+    """One engine run and what the analyses found in it."""
+
+    mode: str
+    index: int
+    seed: int
+    results: dict[str, Any]
+    hazard_counts: dict[str, int]
+    breakdown: pd.DataFrame
+    what_if_newly_unordered: int | None = None
+    timeline: list[tuple[str, list[tuple[float, float, int]]]] = field(default_factory=list)
+    timeline_window: tuple[float, float] = (0.0, 0.0)
+
+    @property
+    def tokens_per_s(self) -> float:
+        return float(self.results["tokens_per_s"])
+
+    def to_json(self) -> dict[str, Any]:
+        out = {
+            "mode": self.mode,
+            "index": self.index,
+            "seed": self.seed,
+            "tokens_per_s": self.tokens_per_s,
+            "wall_s": self.results["wall_s"],
+            "steps": self.results["steps"],
+            "swaps": self.results["swaps"],
+            "integrity": self.results["integrity"],
+            "hazards": self.hazard_counts,
+            "trace": self.results["trace"],
+        }
+        if self.what_if_newly_unordered is not None:
+            out["what_if_drop_lock_newly_unordered"] = self.what_if_newly_unordered
+        return out
+
+
+@dataclass
+class ABResult:
+    config: dict[str, Any]
+    runs: list[RunOutcome]
+    gain: RatioCI
+    ideal: RatioCI
+    out_dir: Path
+    report_files: dict[str, str] = field(default_factory=dict)
+
+    def of(self, mode: str) -> list[RunOutcome]:
+        return [r for r in self.runs if r.mode == mode]
+
+    def tokens_per_s(self, mode: str) -> list[float]:
+        return [r.tokens_per_s for r in self.of(mode)]
+
+    def step_ms(self, mode: str) -> np.ndarray:
+        return np.concatenate([r.breakdown["duration"].to_numpy() / 1e6 for r in self.of(mode)])
+
+    def breakdown_ms(self, mode: str) -> dict[str, float]:
+        """Mean time per step in each part (ms)."""
+        b = pd.concat([r.breakdown for r in self.of(mode)])
+        return {part: float(b[part].mean() / 1e6) for part in PARTS}
+
+    def hazards(self, mode: str) -> dict[str, int]:
+        runs = self.of(mode)
+        return {k: sum(r.hazard_counts[k] for r in runs) for k in runs[0].hazard_counts}
+
+    @property
+    def integrity_mismatches(self) -> int:
+        return sum(r.results["integrity"]["mismatches"] for r in self.runs)
+
+    @property
+    def what_if_newly_unordered(self) -> int:
+        return sum(r.what_if_newly_unordered or 0 for r in self.of("ipc"))
+
+    def to_json(self) -> dict[str, Any]:
+        def mode_json(mode: str) -> dict[str, Any]:
+            tps = self.tokens_per_s(mode)
+            return {
+                "tokens_per_s": tps,
+                "median": float(np.median(tps)),
+                "spread": spread(tps),
+                "step_ms": spread(self.step_ms(mode)),
+                "breakdown_ms": self.breakdown_ms(mode),
+            }
+
+        return {
+            "config": self.config,
+            "runs": [r.to_json() for r in self.runs],
+            "baseline": mode_json("ipc"),
+            "lockless": mode_json("none"),
+            "gain": {
+                "ratio": self.gain.ratio,
+                "ci95": [self.gain.lo, self.gain.hi],
+                "includes_one": self.gain.includes_one,
+                "statistic": "mean lockless / mean baseline tokens/s, pairs resampled",
+            },
+            "ideal_ratio": self.ideal.ratio,
+            "ideal_ci95": [self.ideal.lo, self.ideal.hi],
+            "hazards": {"baseline": self.hazards("ipc"), "lockless": self.hazards("none")},
+            "what_if_drop_lock": {
+                "newly_unordered": self.what_if_newly_unordered,
+                "safe": self.what_if_newly_unordered == 0,
+            },
+            "integrity_mismatches": self.integrity_mismatches,
+            "report": self.report_files,
+        }
+
+
+Progress = Callable[[int, int, str], None]
+
+
+def run_ab(
+    config,
+    runs: int,
+    out_dir: Path,
+    progress: Progress | None = None,
+    probe_config: ProbeConfig | None = None,
+) -> ABResult:
+    """Run both modes ``runs`` times each (seeds ``config.seed + i``), analyse every run."""
+    from engine.launcher import run_engine
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    base_probe = probe_config or ProbeConfig()
+    plan = []
+    for i in range(runs):
+        order = MODES if i % 2 == 0 else MODES[::-1]
+        plan += [(mode, i) for mode in order]
+    outcomes: list[RunOutcome] = []
+    for n, (mode, i) in enumerate(plan):
+        if progress is not None:
+            progress(n, len(plan), f"{LABELS[mode]} #{i}")
+        seed = config.seed + i
+        run_dir = out_dir / "runs" / f"{mode}-{i}"
+        cfg = replace(config, kv_lock=mode, seed=seed)
+        probe = replace(
+            base_probe,
+            run_dir=str(run_dir),
+            resource={**base_probe.resource, "fd.kv_lock": mode},
+        )
+        results = run_engine(cfg, probe)
+        outcomes.append(analyse_run(mode, i, seed, results, load(run_dir)))
+    if progress is not None:
+        progress(len(plan), len(plan), "done")
+    base = {r.index: r.tokens_per_s for r in outcomes if r.mode == "ipc"}
+    new = {r.index: r.tokens_per_s for r in outcomes if r.mode == "none"}
+    idx = sorted(base)
+    gain = paired_ratio_ci([new[i] for i in idx], [base[i] for i in idx], seed=config.seed)
+    ideal = _pooled_ideal([r for r in outcomes if r.mode == "ipc"], config.seed)
+    return ABResult({**_plain(config), "runs_per_mode": runs}, outcomes, gain, ideal, out_dir)
+
+
+def analyse_run(mode: str, index: int, seed: int, results: dict, trace: Trace) -> RunOutcome:
+    hazards = find_hazards(trace)
+    outcome = RunOutcome(mode, index, seed, results, hazards.counts, step_breakdown(trace))
+    if mode == "ipc":
+        outcome.what_if_newly_unordered = len(what_if_drop_lock(trace).newly_unordered)
+    outcome.timeline, outcome.timeline_window = _timeline_excerpt(trace)
+    return outcome
+
+
+def _pooled_ideal(baseline: list[RunOutcome], seed: int) -> RatioCI:
+    """Actual over ideal step time across every baseline step, steps resampled in pairs."""
+    b = pd.concat([r.breakdown for r in baseline])
+    ideal = b["idle"] + np.maximum(b["compute"], b["blocking_any"])
+    return paired_ratio_ci(b["duration"].to_numpy(float), ideal.to_numpy(float), seed=seed)
+
+
+def _timeline_excerpt(trace: Trace) -> tuple[list, tuple[float, float]]:
+    """Lanes of the spans in ``TIMELINE_SPANS`` in a window around the middle swap (ms)."""
+    spans = trace.spans[trace.spans["end"] != -1]
+    names = spans["name"].astype(str)
+    swaps = spans[names == "swap"]
+    if swaps.empty:
+        center = int(spans["start"].median()) if not spans.empty else 0
+    else:
+        center = int(swaps["start"].iloc[len(swaps) // 2])
+    t0, t1 = center - TIMELINE_WINDOW_NS // 4, center + 3 * TIMELINE_WINDOW_NS // 4
+    lanes = []
+    for kind, span_name in enumerate(TIMELINE_SPANS):
+        sel = spans[(names == span_name) & (spans["end"] > t0) & (spans["start"] < t1)]
+        boxes = [(s / 1e6, e / 1e6, kind) for s, e in zip(sel["start"], sel["end"], strict=True)]
+        lanes.append((span_name, boxes))
+    return lanes, (t0 / 1e6, t1 / 1e6)
+
+
+def _plain(config) -> dict[str, Any]:
+    return asdict(config)
