@@ -30,7 +30,7 @@ bench: $(STAMP)
 	@for b in bench/bench_*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
 
 traces: $(STAMP)
-	$(PY) -m traces.regenerate
+	$(PY) traces/regenerate.py
 
 clean:
 	rm -rf $(VENV) out build *.egg-info
