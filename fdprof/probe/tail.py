@@ -1,9 +1,10 @@
 """Follow a record file while its process writes it: each poll returns the records added since.
 
 Reads with ``pread`` rather than a mapping: the writer trims its file at close, and touching
-a mapped page past the new end of file would kill the reader with SIGBUS. Each poll rereads
-from the start of the chunk holding the last complete record, so a chunk's unused tail and
-a record not yet published are both simply "not there yet".
+a mapped page past the new end of file would kill the reader with SIGBUS. Each poll reads
+only the bytes after the last complete record. A zero kind there is either a record not yet
+published or the unused tail of a chunk; it is the latter once the file has grown past that
+chunk, since the writer only grows the file when it leaves a chunk for good.
 """
 
 from __future__ import annotations
@@ -14,6 +15,12 @@ from pathlib import Path
 
 from fdprof.probe import records as R
 from fdprof.probe.recorder import CHUNK
+
+_NO_CHUNK = 1 << 62
+
+
+def _zero_kind(fd: int, offset: int) -> bool:
+    return os.pread(fd, 1, offset) == b"\0"
 
 
 class RecordTail:
@@ -37,14 +44,18 @@ class RecordTail:
             if len(head) < R.FILE_HEADER.size or head[:8] != R.MAGIC:
                 return
             self.header = R.read_header(head)
-        base = self._offset // CHUNK * CHUNK
         size = os.fstat(self._fd).st_size
-        if size <= self._offset:
-            return
-        data = os.pread(self._fd, size - base, base)
-        for kind, flags, tid, fields, nxt in R.iter_records(data, self._offset - base, CHUNK):
-            self._offset = base + nxt
-            yield kind, flags, tid, fields
+        while self._offset < size:
+            start = self._offset
+            data = os.pread(self._fd, size - start, start)
+            # an unbounded chunk: a zero kind ends this read instead of skipping ahead
+            for kind, flags, tid, fields, nxt in R.iter_records(data, 0, _NO_CHUNK):
+                self._offset = start + nxt
+                yield kind, flags, tid, fields
+            boundary = (self._offset // CHUNK + 1) * CHUNK
+            if boundary >= size or not _zero_kind(self._fd, self._offset):
+                return
+            self._offset = boundary  # the file grew past this chunk: its tail is unused
 
     def close(self) -> None:
         if self._fd is not None:
