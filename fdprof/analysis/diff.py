@@ -95,7 +95,7 @@ def summarize(trace: Trace, label: str = "", step_name: str | None = None) -> Ru
     spans = require(trace.spans, "spans", SPAN_NEEDS)
     b = step_breakdown(trace, step_name)
     tokens = float(b["tokens"].sum()) if b["tokens"].notna().any() else None
-    seconds = float(b["end"].max() - b["start"].min()) / 1e9
+    seconds = float(b["duration"].sum()) / 1e9  # time inside steps: what the CIs resample
     return RunSummary(
         label=label,
         breakdown=b,

@@ -18,7 +18,10 @@ import numpy as np
 import pandas as pd
 
 from fdprof.errors import FdprofError
+from fdprof.trace.conventions import accesses_from_attrs
 from fdprof.trace.model import Trace, frame
+
+_ENC = json.JSONEncoder(separators=(",", ":"))
 
 ENGINE, TRANSFER, WORKER = "1/1", "2/1", "3/1"
 MODES = ("baseline", "lockless")
@@ -105,11 +108,11 @@ def engine_trace(
 
 
 class _Tables:
-    """Column chunks appended per span kind, concatenated once."""
+    """Column chunks appended per span kind, concatenated once; accesses are derived from
+    the ``kv.*`` attributes by the trace conventions, exactly as for a recorded run."""
 
     def __init__(self) -> None:
         self.spans: list[dict] = []
-        self.accesses: list[dict] = []
         self.syncs: list[dict] = []
         self.attrs: list[dict] = []
         self.next_id = 1
@@ -132,21 +135,22 @@ class _Tables:
                            "span_id": np.zeros(n, np.int64)})  # fmt: skip
 
     def access(self, ids, pool, blocks, mode) -> None:
-        n, k = blocks.shape
-        self.accesses.append({"span_id": np.repeat(ids, k), "pool": pool,
-                              "block": blocks.reshape(-1), "mode": mode,
-                              "layer_lo": -1, "layer_hi": -1})  # fmt: skip
+        """The ``kv.<pool>_<mode>`` block-list attribute, as the probe records it."""
+        key = f"kv.{pool}_{mode}"
+        self.attrs.append({"span_id": ids, "key": key,
+                           "value": [_ENC.encode(row) for row in blocks.tolist()]})  # fmt: skip
 
     def attr(self, ids, key, values) -> None:
         self.attrs.append({"span_id": ids, "key": key,
                            "value": [json.dumps(int(v)) for v in values]})  # fmt: skip
 
     def build(self, meta: dict) -> Trace:
+        attrs = _concat("attrs", self.attrs)
         return Trace(
             spans=_concat("spans", self.spans),
-            accesses=_concat("accesses", self.accesses),
+            accesses=accesses_from_attrs(attrs),
             syncs=_concat("syncs", self.syncs),
-            attrs=_concat("attrs", self.attrs),
+            attrs=attrs,
             meta=meta,
         )
 

@@ -1,0 +1,63 @@
+"""``fdprof diff BASE NEW``: two runs side by side, and where the time moved."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from fdprof.analysis.diff import diff_traces
+from fdprof.errors import FdprofError
+from fdprof.report import markdown, text
+from fdprof.trace import load
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("diff", help="compare two traces: throughput, latency, time moved")
+    p.add_argument("base", type=Path, help="baseline run directory or trace file")
+    p.add_argument("new", type=Path, help="run directory or trace file to compare")
+    p.add_argument(
+        "--step-name",
+        default=None,
+        help="spans named this (or starting with it, e.g. ProfilerStep#) are the steps; "
+        "default: 'step' spans, else fd.step ids",
+    )
+    p.add_argument(
+        "--join",
+        nargs=2,
+        type=Path,
+        metavar=("BASE_RUN", "NEW_RUN"),
+        default=None,
+        help="run directories to join to BASE and NEW (nsys traces)",
+    )
+    p.add_argument(
+        "--out", type=Path, default=None, help="also write the report (.md, .json, else text)"
+    )
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(func=handle)
+
+
+def handle(args: argparse.Namespace) -> int:
+    joins = args.join or (None, None)
+    base = load(args.base, join=joins[0])
+    new = load(args.new, join=joins[1])
+    result = diff_traces(base, new, args.step_name, labels=(_label(args.base), _label(args.new)))
+    doc = json.dumps(result.to_json())
+    if args.out is not None:
+        suffix = args.out.suffix.lower()
+        body = doc if suffix == ".json" else (
+            markdown.render(result) if suffix == ".md" else text.render(result)
+        )  # fmt: skip
+        try:
+            args.out.write_text(body)
+        except OSError as exc:
+            raise FdprofError(f"cannot write {args.out}: {exc.strerror}") from None
+    print(doc if args.json else text.render(result), end="\n" if args.json else "")
+    return 0
+
+
+def _label(path: Path) -> str:
+    name = path.name
+    for ext in (".gz", ".json", ".sqlite"):
+        name = name.removesuffix(ext)
+    return name or str(path)

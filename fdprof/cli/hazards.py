@@ -1,0 +1,49 @@
+"""``fdprof hazards TRACE``: unordered KV-block accesses; exit 0 clean, 1 hazards, 2 error."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from fdprof.analysis.hazards import find_hazards
+from fdprof.analysis.whatif import what_if_drop_lock
+from fdprof.report import text
+from fdprof.trace import load
+
+WHAT_IFS = ("drop-lock",)
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "hazards",
+        help="find KV-block accesses the recorded protocol does not order (happens-before)",
+        description="Exit 0: no race; 1: races found (or, with --what-if, accesses that only "
+        "the lock ordered); 2: bad input.",
+    )
+    p.add_argument("trace", type=Path, help="run directory or trace file")
+    p.add_argument(
+        "--what-if",
+        choices=WHAT_IFS,
+        default=None,
+        help="drop-lock: drop the lock's edges and report what becomes unordered",
+    )
+    p.add_argument("--join", type=Path, default=None, help="run directory to join (nsys traces)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(func=handle)
+
+
+def handle(args: argparse.Namespace) -> int:
+    trace = load(args.trace, join=args.join)
+    report = find_hazards(trace)
+    what_if = what_if_drop_lock(trace) if args.what_if == "drop-lock" else None
+    if args.json:
+        doc = report.to_json()
+        if what_if is not None:
+            doc["what_if_drop_lock"] = what_if.to_json()
+        print(json.dumps(doc))
+    else:
+        print(text.render(report), end="")
+        if what_if is not None:
+            print("\n" + text.render(what_if), end="")
+    return 0 if report.clean and (what_if is None or what_if.safe) else 1

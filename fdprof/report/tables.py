@@ -1,0 +1,199 @@
+"""Analysis results as titled tables of display strings: what every renderer draws.
+
+Why: the terminal and Markdown renderers (and the HTML one, later) must show the same
+numbers the same way; they differ only in layout. Analyses return DataFrames and
+dataclasses; this module decides which columns a reader sees and how values read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pandas as pd
+
+from fdprof.analysis.diff import DiffResult
+from fdprof.analysis.hazards import HazardReport
+from fdprof.analysis.stats import RatioCI
+from fdprof.analysis.whatif import WhatIf
+
+#: rows shown per table before "... N more"
+MAX_ROWS = 25
+
+
+@dataclass(frozen=True)
+class Table:
+    title: str
+    headers: Sequence[str]
+    rows: list[list[str]]
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Document:
+    title: str
+    summary: list[str]
+    tables: list[Table]
+
+
+def document(result: Any) -> Document:
+    """The tables of any result an analysis returns."""
+    if isinstance(result, HazardReport):
+        return hazards_document(result)
+    if isinstance(result, WhatIf):
+        return what_if_document(result)
+    if isinstance(result, DiffResult):
+        return diff_document(result)
+    raise TypeError(f"no tables for {type(result).__name__}")
+
+
+def hazards_document(report: HazardReport) -> Document:
+    c = report.counts
+    summary = [
+        f"{c['races']} race(s): {c['overlaps']} overlapped in time this run, {c['latent']} latent"
+        f" (unordered, not overlapping this time); {c['clock_alarms']} clock alarm(s); "
+        f"{c['gaps']} instrumentation gap(s)",
+        "clean: no unordered conflicting accesses" if report.clean else "HAZARDS FOUND",
+    ]
+    if report.dropped_objects:
+        summary.append("edges of " + ", ".join(report.dropped_objects) + " dropped")
+    return Document("fdprof hazards", summary, [
+        _pairs_table("Races (unordered conflicting accesses)", report.races, with_overlap=True),
+        _pairs_table("Clock alarms (ordered, yet overlapping in time)", report.alarms),
+        _frame_table("Instrumentation gaps (not races)", report.gaps,
+                     ["kind", "lane", "obj", "seq", "detail"]),
+    ])  # fmt: skip
+
+
+def what_if_document(w: WhatIf) -> Document:
+    n = len(w.newly_unordered)
+    summary = [
+        f"dropping the edges of {', '.join(w.dropped)}: "
+        + ("no access becomes unordered; the protocol orders them by itself" if w.safe else
+           f"{n} pair(s) of spans become unordered; the lockless protocol must order them"),
+        f"with the lock: {w.with_lock.counts['races']} race(s); "
+        f"without: {w.without_lock.counts['races']}",
+    ]  # fmt: skip
+    return Document("fdprof hazards --what-if drop-lock", summary, [
+        _pairs_table("Unordered once the lock is gone", w.newly_unordered, with_overlap=True),
+    ])  # fmt: skip
+
+
+def diff_document(d: DiffResult) -> Document:
+    b, n = d.base, d.new
+    unit = d.throughput_unit
+    rate_b = b.tokens_per_s if unit == "tokens/s" else b.steps_per_s
+    rate_n = n.tokens_per_s if unit == "tokens/s" else n.steps_per_s
+    summary = [
+        f"throughput: {_num(rate_b)} -> {_num(rate_n)} {unit}, {ratio_text(d.throughput)}",
+        f"step latency p50: {ms(b.step_latency['p50'])} -> {ms(n.step_latency['p50'])} ms, "
+        f"{ratio_text(d.step_latency)}",
+        f"swap time overlapped with execute_model: {pct(b.swap_overlap)} -> {pct(n.swap_overlap)}",
+    ]
+    lat = Table("Step latency (ms)", ["run", "steps", "p50", "p90", "p99", "mean"], [
+        [s.label, str(s.n_steps), *(ms(s.step_latency[k]) for k in ("p50", "p90", "p99", "mean"))]
+        for s in (b, n)
+    ])  # fmt: skip
+    moved = Table(
+        "Where the time moved (ms per step: mean, p50/p90/p99)",
+        ["part", b.label, f"{b.label} p50/p90/p99", n.label, f"{n.label} p50/p90/p99",
+         "change", "share"],
+        [[r.part, ms(r.base_mean), _pcts(r, "base"), ms(r.new_mean), _pcts(r, "new"),
+          _signed(r.delta_mean), f"{pct(r.base_share)} -> {pct(r.new_share)}"]
+         for r in d.moved.itertuples()],
+    )  # fmt: skip
+    return Document("fdprof diff", summary, [
+        lat, moved,
+        _side_table("Time by span name (ms)", d.by_name, "name", b.label, n.label),
+        _side_table("Time by role (ms)", d.by_role, "role", b.label, n.label),
+        _frame_table(f"Locks in {b.label} (ms)", _ms_cols(b.locks),
+                     ["name", "role", "count", "total", "p50", "p90", "p99"]),
+        _frame_table(f"Locks in {n.label} (ms)", _ms_cols(n.locks),
+                     ["name", "role", "count", "total", "p50", "p90", "p99"]),
+    ])  # fmt: skip
+
+
+def ratio_text(r: RatioCI) -> str:
+    text = f"ratio {r.ratio:.3f} [95% CI {r.lo:.3f}, {r.hi:.3f}]"
+    return text + (" (the CI includes 1.0: no detectable change)" if r.includes_one else "")
+
+
+def ms(ns: float | None) -> str:
+    return "-" if ns is None or pd.isna(ns) else f"{ns / 1e6:.3f}"
+
+
+def pct(x: float | None) -> str:
+    return "-" if x is None or pd.isna(x) else f"{100 * x:.1f}%"
+
+
+def _num(x: float | None) -> str:
+    return "-" if x is None else f"{x:,.1f}"
+
+
+def _signed(ns: float) -> str:
+    return f"{ns / 1e6:+.3f}"
+
+
+def _pcts(row: Any, side: str) -> str:
+    return "/".join(ms(getattr(row, f"{side}_{p}")) for p in ("p50", "p90", "p99"))
+
+
+def _ms_cols(df: pd.DataFrame) -> pd.DataFrame:
+    out = df.copy()
+    for col in ("total", "p50", "p90", "p99"):
+        if col in out.columns:
+            out[col] = out[col].map(ms)
+    return out
+
+
+def _pairs_table(title: str, df: pd.DataFrame, with_overlap: bool = False) -> Table:
+    headers = ["span a (lane, role, step)", "span b (lane, role, step)", "blocks", "modes",
+               "layers a / b"] + (["overlapped"] if with_overlap else [])  # fmt: skip
+    rows = [
+        [f"{r.name_a} ({r.lane_a}, {r.role_a or '-'}, {_step(r.step_a)})",
+         f"{r.name_b} ({r.lane_b}, {r.role_b or '-'}, {_step(r.step_b)})",
+         _blocks(r.blocks), r.modes, f"{r.layers_a} / {r.layers_b}"]
+        + (["yes" if r.overlapped else "no (latent)"] if with_overlap else [])
+        for r in df.head(MAX_ROWS).itertuples()
+    ]  # fmt: skip
+    return Table(title, headers, rows, _more(len(df)))
+
+
+def _frame_table(title: str, df: pd.DataFrame, cols: list[str]) -> Table:
+    rows = [[_cell(v) for v in row] for row in df[cols].head(MAX_ROWS).itertuples(index=False)]
+    return Table(title, cols, rows, _more(len(df)))
+
+
+def _side_table(title: str, df: pd.DataFrame, key: str, bl: str, nl: str) -> Table:
+    headers = [key, f"{bl} n", f"{bl} total", f"{bl} p50/p90/p99", f"{nl} n", f"{nl} total",
+               f"{nl} p50/p90/p99", "change"]  # fmt: skip
+    rows = []
+    for r in df.head(MAX_ROWS).to_dict("records"):
+        rows.append([
+            str(r[key]), _cell(r["count_base"]), ms(r["total_base"]),
+            "/".join(ms(r[f"{p}_base"]) for p in ("p50", "p90", "p99")),
+            _cell(r["count_new"]), ms(r["total_new"]),
+            "/".join(ms(r[f"{p}_new"]) for p in ("p50", "p90", "p99")),
+            _signed(r["delta_total"]),
+        ])  # fmt: skip
+    return Table(title, headers, rows, _more(len(df)))
+
+
+def _more(n: int) -> list[str]:
+    return [f"... {n - MAX_ROWS} more"] if n > MAX_ROWS else ([] if n else ["none"])
+
+
+def _blocks(blocks: list[str]) -> str:
+    shown = ", ".join(blocks[:8])
+    return shown + (f" (+{len(blocks) - 8})" if len(blocks) > 8 else "")
+
+
+def _step(step: int) -> str:
+    return "-" if step < 0 else str(step)
+
+
+def _cell(v: Any) -> str:
+    if isinstance(v, float):
+        return str(int(v)) if v.is_integer() else f"{v:.3f}"
+    return "-" if v is None or v is pd.NA else str(v)

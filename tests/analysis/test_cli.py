@@ -1,0 +1,93 @@
+"""``fdprof hazards`` and ``fdprof diff`` as users call them, on trace files written to disk
+(synthetic engine runs through the Perfetto writer, read back by the real loader). The
+command's ``main`` runs in-process; one test runs the real executable for the exit path."""
+
+import json
+import subprocess
+import sys
+from dataclasses import dataclass
+
+import pytest
+
+from fdprof.analysis.synthetic import engine_trace
+from fdprof.cli import main
+from fdprof.trace import perfetto
+
+
+@dataclass
+class Result:
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+@pytest.fixture
+def fdprof(capsys):
+    def run(*args) -> Result:
+        code = main([str(a) for a in args])
+        out = capsys.readouterr()
+        return Result(code, out.out, out.err)
+
+    return run
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    d = tmp_path_factory.mktemp("traces")
+    out = {}
+    for name, kw in {
+        "baseline": {"mode": "baseline"},
+        "lockless": {"mode": "lockless", "seed": 1},
+        "fault": {"mode": "lockless", "fault": "no-wait-swap-in"},
+    }.items():
+        out[name] = d / f"{name}.json"
+        perfetto.write(engine_trace(40, **kw), out[name])
+    return out
+
+
+def test_hazards_clean_exits_0_with_what_if(files, fdprof):
+    r = fdprof("hazards", files["baseline"], "--what-if", "drop-lock", "--json")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["counts"] == {"races": 0, "latent": 0, "overlaps": 0, "clock_alarms": 0, "gaps": 0}
+    assert doc["what_if_drop_lock"]["count"] == 0
+
+
+def test_hazards_found_exits_1_and_names_both_spans(files, fdprof):
+    r = fdprof("hazards", files["fault"])
+    assert r.returncode == 1, r.stderr
+    assert "HAZARDS FOUND" in r.stdout and "execute_model (3/1, worker" in r.stdout
+    doc = json.loads(fdprof("hazards", files["fault"], "--json").stdout)
+    assert doc["counts"]["races"] == 4 and doc["races"][0]["name_a"] == "swap"
+
+
+def test_diff_prints_ratios_and_writes_markdown(files, fdprof, tmp_path):
+    out = tmp_path / "diff.md"
+    r = fdprof("diff", files["baseline"], files["lockless"], "--out", out)
+    assert r.returncode == 0, r.stderr
+    assert "throughput:" in r.stdout and "95% CI" in r.stdout and "swap_blocking" in r.stdout
+    assert out.read_text().startswith("# fdprof diff")
+    doc = json.loads(fdprof("diff", files["baseline"], files["lockless"], "--json").stdout)
+    assert doc["throughput"]["ratio"] > 1.5 and doc["base"]["label"] == "baseline"
+
+
+def test_missing_trace_is_one_line_exit_2_from_the_executable():
+    r = subprocess.run([sys.executable, "-m", "fdprof", "hazards", "/no/such/trace"],
+                       capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert r.returncode == 2
+    assert len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
+
+
+def test_bad_diff_input_is_exit_2(fdprof):
+    assert fdprof("diff", "/no/such/a", "/no/such/b").returncode == 2
+
+
+def test_unknown_what_if_is_a_usage_error(files, fdprof):
+    with pytest.raises(SystemExit) as exc:
+        fdprof("hazards", files["baseline"], "--what-if", "drop-everything")
+    assert exc.value.code == 2
+
+
+def test_unknown_step_name_is_one_line_exit_2(files, fdprof):
+    r = fdprof("diff", files["baseline"], files["lockless"], "--step-name", "Nope")
+    assert r.returncode == 2 and "no span is named 'Nope'" in r.stderr
