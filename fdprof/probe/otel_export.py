@@ -28,6 +28,7 @@ from typing import Protocol
 
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+from opentelemetry.trace import SpanContext
 
 from fdprof.errors import FdprofError
 from fdprof.probe import metric_names as M
@@ -46,6 +47,8 @@ ENV_QUEUE = "OTEL_BSP_MAX_QUEUE_SIZE"
 ENV_BATCH = "OTEL_BSP_MAX_EXPORT_BATCH_SIZE"
 ENV_SHUTDOWN = "OTEL_BSP_EXPORT_TIMEOUT"
 ENV_METRIC_INTERVAL = "OTEL_METRIC_EXPORT_INTERVAL"
+#: ms the Prometheus endpoint waits at the end for an active scraper to collect final counts
+ENV_SCRAPE_WAIT = "FDPROF_METRICS_FINAL_SCRAPE_MS"
 #: written into the run directory at stop
 STATS_FILE = "otel-export.json"
 
@@ -164,6 +167,9 @@ class OtelExportObserver:
         self._overlap = Overlap()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._drops_counted = 0
+        self._drop_owner: _Process | None = None
+        self._scrape_wait_s = _env_int(ENV_SCRAPE_WAIT, 3000) / 1000
         self.stats: dict[str, int] = {}
 
     # -- RunObserver --
@@ -179,6 +185,8 @@ class OtelExportObserver:
             if not record.is_absolute():
                 record = Path(run_dir) / record
             self._procs.append(_Process(info, RecordTail(record)))
+        engines = [p for p in self._procs if p.info.get("role") == "engine"]
+        self._drop_owner = (engines or self._procs or [None])[0]
         self._thread = threading.Thread(target=self._run, name="fdprof-otel-tail", daemon=True)
         self._thread.start()
 
@@ -191,10 +199,7 @@ class OtelExportObserver:
         if self._queue is not None:
             self._queue.close(max(0.1, deadline - time.monotonic()))
         dropped = self._queue.dropped if self._queue is not None else 0
-        engine = next((p for p in self._procs if p.builder and p.labels["role"] == "engine"), None)
-        if dropped and engine is not None:
-            labels = {**engine.labels, "sink": "otlp"}
-            self._record(engine, [(M.DROPPED_RECORDS, float(dropped), labels)])
+        self._count_drops()
         # providers flush in parallel so that a dead collector costs one budget, not one each
         flushers = [
             threading.Thread(target=p.metrics.shutdown, args=(self._shutdown_s,), daemon=True)
@@ -208,6 +213,8 @@ class OtelExportObserver:
         for proc in self._procs:
             proc.tail.close()
         if self.prometheus is not None:
+            if dropped:
+                self.prometheus.wait_for_scrape(self._scrape_wait_s)
             self.prometheus.shutdown()
         self.stats = {
             "spans_built": self.stats.get("spans_built", 0),
@@ -229,9 +236,21 @@ class OtelExportObserver:
                     self._drain(proc)
                 except Exception:  # a bad file must not end the export of the others
                     log.exception("tailing %s failed", proc.tail.path)
+            self._count_drops()
             if stopping:
                 return
             self._stop.wait(self._poll_s)
+
+    def _count_drops(self) -> None:
+        """Add spans the exporter dropped since the last call to ``fd.probe.dropped``, on the
+        series of the first engine process (once its records are open)."""
+        owner = self._drop_owner
+        if self._queue is None or owner is None or owner.builder is None:
+            return
+        new = self._queue.dropped - self._drops_counted
+        if new:
+            self._drops_counted += new
+            self._record(owner, [(M.DROPPED_RECORDS, float(new), {**owner.labels, "sink": "otlp"})])
 
     def _drain(self, proc: _Process) -> None:
         for kind, flags, tid, fields in proc.tail.poll():
@@ -255,6 +274,10 @@ class OtelExportObserver:
         if self._metric_exporter_factory is not None:
             exporter = self._metric_exporter_factory()
             proc.metrics = OtelMetrics(resource, exporter, self._metric_interval_s)
+        zeros = [(M.SWAP_OVERLAP, 0.0, proc.labels)]
+        if self._queue is not None and proc is self._drop_owner:
+            zeros.append((M.DROPPED_RECORDS, 0.0, {**proc.labels, "sink": "otlp"}))
+        self._record(proc, zeros)
 
     def _emit(self, proc: _Process, span: ReadableSpan) -> None:
         self.stats["spans_built"] = self.stats.get("spans_built", 0) + 1
@@ -264,13 +287,13 @@ class OtelExportObserver:
         overlap = self._overlap.add(span, proc.labels["dp_rank"])
         if overlap:
             obs.append((M.SWAP_OVERLAP, overlap, proc.labels))
-        self._record(proc, obs)
+        self._record(proc, obs, span.context)
 
-    def _record(self, proc: _Process, obs: list) -> None:
+    def _record(self, proc: _Process, obs: list, span: SpanContext | None = None) -> None:
         if proc.metrics is not None:
-            proc.metrics.record(obs)
+            proc.metrics.record(obs, span)
         if self.prometheus is not None:
-            self.prometheus.record(obs)
+            self.prometheus.record(obs, span)
 
 
 def _signal_endpoint(base: str | None, env_specific: str, path: str) -> str | None:

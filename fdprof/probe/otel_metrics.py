@@ -3,18 +3,26 @@ process, carrying that process's resource) and a Prometheus scrape endpoint.
 
 Names and labels come from :mod:`fdprof.probe.metric_names`, shared with the dashboards.
 Every series carries ``kv_lock``, ``dp_rank`` and ``role`` as labels (``COMMON_LABELS``).
+Histogram observations carry the span they measured as an exemplar (``trace_id``,
+``span_id``), so a latency panel opens the very trace. Counters that may legitimately stay
+at zero for a whole run (overlap under the lock, dropped spans) are created at zero, so a
+dashboard shows 0 rather than "no data".
 """
 
 from __future__ import annotations
 
+import threading
 from collections import deque
 from collections.abc import Iterable
 
+from opentelemetry import context as otel_context
+from opentelemetry import trace as otel_trace
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import MetricExporter, PeriodicExportingMetricReader
 from opentelemetry.sdk.metrics.view import ExplicitBucketHistogramAggregation, View
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.trace import SpanContext
 
 from fdprof.probe import metric_names as M
 
@@ -104,13 +112,23 @@ class OtelMetrics:
                 inst = meter.create_counter(m.otel_name, unit=m.unit, description=m.description)
             self._instruments[m.otel_name] = inst
 
-    def record(self, obs: Iterable[Observation]) -> None:
-        for metric, value, labels in obs:
-            inst = self._instruments[metric.otel_name]
-            if metric.kind == "histogram":
-                inst.record(value, labels)
-            else:
-                inst.add(value, labels)
+    def record(self, obs: Iterable[Observation], span: SpanContext | None = None) -> None:
+        """Record ``obs``; with ``span``, its histograms get the span as exemplar (the SDK
+        takes exemplars from the current span, so it is made current meanwhile)."""
+        token = None
+        if span is not None:
+            ctx = otel_trace.set_span_in_context(otel_trace.NonRecordingSpan(span))
+            token = otel_context.attach(ctx)
+        try:
+            for metric, value, labels in obs:
+                inst = self._instruments[metric.otel_name]
+                if metric.kind == "histogram":
+                    inst.record(value, labels)
+                else:
+                    inst.add(value, labels)
+        finally:
+            if token is not None:
+                otel_context.detach(token)
 
     def shutdown(self, timeout_s: float) -> None:
         """Final collection and export, bounded by ``timeout_s``."""
@@ -134,18 +152,44 @@ class PromMetrics:
             else:
                 metric = pc.Counter(m.prom_name, m.description, labels, registry=self.registry)
             self._metrics[m.otel_name] = (metric, labels)
+        self.scraped = threading.Event()
+        self.registry.register(_ScrapeWatch(self.scraped))
         self._server, self._thread = pc.start_http_server(port, addr, registry=self.registry)
         self.port = self._server.server_address[1]
 
-    def record(self, obs: Iterable[Observation]) -> None:
+    def record(self, obs: Iterable[Observation], span: SpanContext | None = None) -> None:
+        exemplar = None
+        if span is not None:
+            exemplar = {"trace_id": f"{span.trace_id:032x}", "span_id": f"{span.span_id:016x}"}
         for metric, value, labels in obs:
             prom, names = self._metrics[metric.otel_name]
             child = prom.labels(*(labels.get(n, "") for n in names))
             if metric.kind == "histogram":
-                child.observe(value)
+                child.observe(value, exemplar)
             else:
                 child.inc(value)
+
+    def wait_for_scrape(self, timeout_s: float) -> None:
+        """If a scraper has been collecting, give it up to ``timeout_s`` for one more scrape,
+        so the final counts (spans dropped at shutdown) are seen before the endpoint goes."""
+        if self.scraped.is_set():
+            self.scraped.clear()
+            self.scraped.wait(timeout_s)
 
     def shutdown(self) -> None:
         self._server.shutdown()
         self._server.server_close()
+
+
+class _ScrapeWatch:
+    """A collector with no metrics that notes each scrape."""
+
+    def __init__(self, scraped: threading.Event) -> None:
+        self._scraped = scraped
+
+    def describe(self) -> list:
+        return []
+
+    def collect(self) -> list:
+        self._scraped.set()
+        return []

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import re
 import threading
+import time
 import urllib.request
 from pathlib import Path
 
@@ -120,9 +122,8 @@ def test_spans_resources_links_and_metrics_over_otlp(tmp_path, impl, monkeypatch
         (obs,) = observers_for(config)
         infos = run_processes(tmp_path, [obs])
         obs._stop.wait(0.5)  # let the tailer catch up before scraping
-        scrape = urllib.request.urlopen(
-            f"http://127.0.0.1:{obs.prometheus.port}/metrics", timeout=30
-        ).read()
+        text = scrape(obs.prometheus.port)
+        openmetrics = scrape(obs.prometheus.port, "application/openmetrics-text; version=1.0.0")
         obs.stop()
         spans = rx.spans()
         metric_names = rx.metric_names()
@@ -159,13 +160,25 @@ def test_spans_resources_links_and_metrics_over_otlp(tmp_path, impl, monkeypatch
         assert named["step"] and s.parent_span_id in {x.span_id for x in named["step"]}
     assert {"fd.swap.duration", "fd.execute_model.duration", "fd.step.duration"} <= metric_names
     assert {"fd.lock.wait", "fd.swapped_blocks", "fd.generated_tokens"} <= metric_names
-    text = scrape.decode()
+    trace_ids = {s.trace_id.hex() for _, s in spans}
+    exemplars = re.findall(
+        r'fd_step_duration_seconds_bucket\{.*# \{span_id="(\w+)",trace_id="(\w+)"', openmetrics
+    )
+    assert exemplars and {t for _, t in exemplars} <= trace_ids
+    assert {sid for sid, _ in exemplars} <= {s.span_id.hex() for s in named["step"]}
+    assert 'fd_swap_overlap_seconds_total{dp_rank="0",kv_lock="ipc",role="engine"} 0.0' in text
+    assert 'fd_probe_dropped_total{dp_rank="0",kv_lock="ipc",role="engine",sink="otlp"} 0.0' in text
     assert 'fd_swapped_blocks_total{direction="to_cpu",dp_rank="0",kv_lock="ipc",' in text
     assert (
         f'fd_generated_tokens_total{{dp_rank="0",kv_lock="ipc",role="worker"}} {3.0 * N_REQ}'
         in (text)
     )
     assert 'fd_lock_wait_seconds_count{dp_rank="0",holder="worker",kv_lock="ipc"' in text
+
+
+def scrape(port: int, accept: str = "text/plain") -> str:
+    req = urllib.request.Request(f"http://127.0.0.1:{port}/metrics", headers={"Accept": accept})
+    return urllib.request.urlopen(req, timeout=30).read().decode()
 
 
 def _closed_port() -> str:
@@ -188,10 +201,17 @@ def _stop_in_thread(obs) -> bool:
 
 def test_unreachable_endpoint_does_not_hang_and_counts_drops(tmp_path, monkeypatch):
     monkeypatch.setenv("OTEL_BSP_EXPORT_TIMEOUT", "2000")
-    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TIMEOUT", "2")
-    config = probe.ProbeConfig(run_dir=str(tmp_path), otlp_endpoint=_closed_port())
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TIMEOUT", "1")
+    config = probe.ProbeConfig(run_dir=str(tmp_path), otlp_endpoint=_closed_port(), metrics_port=0)
     (obs,) = observers_for(config)
     run_processes(tmp_path, [obs])
+    dropped = re.compile(r'fd_probe_dropped_total\{[^}]*role="engine",sink="otlp"\} ([0-9.]+)')
+    for _ in range(600):  # drops show while the run goes on, not only at the end
+        live = float(dropped.search(scrape(obs.prometheus.port)).group(1))
+        if live > 0:
+            break
+        time.sleep(0.1)
+    assert live > 0
     assert _stop_in_thread(obs)
     assert obs.stats["spans_exported"] == 0
     assert obs.stats["spans_dropped"] == obs.stats["spans_built"] == SPANS
