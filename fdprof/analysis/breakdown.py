@@ -8,7 +8,6 @@ swaps and lock waits had hidden perfectly behind compute.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -74,7 +73,7 @@ def tokens_by_step(trace: Trace) -> pd.Series:
     tok = attrs[attrs["key"] == "batch.tokens"]
     if tok.empty:
         return pd.Series(dtype=float)
-    values = tok["value"].map(lambda v: float(json.loads(v))).to_numpy()
+    values = pd.to_numeric(tok["value"].astype(str), errors="coerce").to_numpy(float)
     step = trace.spans.set_index("span_id")["step"].reindex(tok["span_id"]).to_numpy()
     s = pd.Series(values, index=step)
     return s[s.index >= 0].groupby(level=0).sum()
