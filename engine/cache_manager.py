@@ -140,7 +140,7 @@ class CacheManager:
                 self.cache.touch(e)
                 if e.gpu is None:
                     e.swapping_in = True
-                    swap_in.append((e, fresh.pop(0)))
+                    swap_in.append((e, fresh.pop()))
                     table.append(swap_in[-1][1])
                 else:
                     table.append(e.gpu)

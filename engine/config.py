@@ -30,7 +30,7 @@ class EngineConfig:
     seed: int = 0
     dp: int = 1
     fault: str | None = None
-    #: ms the transfer process sleeps before a copy; None: 0 without a fault, 30 with one
+    #: ms the transfer process sleeps before a copy; None: 0 without a fault, 150 with one
     fault_delay_ms: float | None = None
     # model
     layers: int = 4
@@ -41,7 +41,7 @@ class EngineConfig:
     vocab: int = 512
     # KV cache
     block_size: int = 16
-    gpu_blocks: int = 72
+    gpu_blocks: int = 60
     cpu_blocks: int = 256
     #: most blocks one swap-out task moves
     swap_batch: int = 16
@@ -72,7 +72,7 @@ class EngineConfig:
     def copy_delay_s(self) -> float:
         if self.fault_delay_ms is not None:
             return self.fault_delay_ms / 1000
-        return 0.03 if self.fault else 0.0
+        return 0.15 if self.fault else 0.0
 
     def kv_shape(self, num_blocks: int) -> tuple[int, ...]:
         """A KV pool: ``[layers, K|V, num_blocks, block_size, kv_heads, head_dim]``."""

@@ -84,8 +84,8 @@ class Scheduler:
                 inflight = self._dispatch(running, step_sid)
             elif waiting:
                 time.sleep(0.001)  # nothing fits yet: the eviction thread is making room
-            wanted = [blocks_for(self.cfg, r.spec) for r in list(waiting)[: self.cfg.max_batch]]
-            self.cm.want_free(sum(wanted))
+            room = self.cfg.max_batch - len(running)
+            self.cm.want_free(sum(blocks_for(self.cfg, r.spec) for r in list(waiting)[:room]))
             p.end(step_sid)
 
     def _admit(self, waiting: deque[Request], running: list[Request]) -> None:

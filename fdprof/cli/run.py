@@ -33,7 +33,7 @@ def register(subparsers) -> None:
         type=float,
         default=None,
         help="transfer delay before each copy, widening the fault window "
-        "(default 30 with --fault, else 0)",
+        "(default 150 with --fault, else 0)",
     )
     p.add_argument("--device", choices=DEVICES, default="auto")
     p.add_argument("--out", required=True, type=Path, help="run directory to write")

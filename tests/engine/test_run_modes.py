@@ -15,8 +15,8 @@ from tests.engine.conftest import manifest, read_records, run
 def test_mode_swaps_both_ways_without_corruption(tmp_path, kv_lock):
     results, run_dir = run(tmp_path, kv_lock=kv_lock)
     assert results["kv_lock"] == kv_lock
-    assert results["requests"] == 24
-    assert results["generated_tokens"] == 24 * 16
+    assert results["requests"] == 32
+    assert results["generated_tokens"] == 32 * 16
     assert results["swaps"]["to_cpu"] > 0 and results["swaps"]["to_gpu"] > 0
     assert results["integrity"]["blocks_checked"] > 0
     assert results["integrity"]["mismatches"] == 0 and results["integrity"]["nan"] == 0
@@ -29,7 +29,7 @@ def test_mode_swaps_both_ways_without_corruption(tmp_path, kv_lock):
     names = {
         role: Counter(f[2] for k, f in rs if k == R.Kind.SPAN_BEGIN) for role, rs in recs.items()
     }
-    assert names["engine"]["request"] == 24
+    assert names["engine"]["request"] == 32
     assert (
         names["engine"]["issue_swap_task"]
         == results["swaps"]["to_cpu"] + results["swaps"]["to_gpu"]
@@ -56,3 +56,23 @@ def test_mode_swaps_both_ways_without_corruption(tmp_path, kv_lock):
 
     swap_attrs = {f[1] for k, f in recs["transfer"] if k == R.Kind.ATTR_INTS}
     assert {"kv.gpu_read", "kv.cpu_write", "kv.cpu_read", "kv.gpu_write"} <= swap_attrs
+
+
+@pytest.mark.slow
+def test_dp_runs_independent_groups(tmp_path):
+    results, run_dir = run(tmp_path, dp=2, requests=16)
+    assert results["dp"] == 2 and results["requests"] == 16
+    assert results["integrity"]["mismatches"] == 0
+    procs = manifest(run_dir)["processes"]
+    assert sorted((p["role"], p["dp_rank"]) for p in procs) == sorted(
+        (role, rank) for role in ("engine", "transfer", "worker") for rank in (0, 1)
+    )
+    seqs = [
+        f[2]
+        for p in procs
+        if p["role"] == "worker"
+        for k, f in read_records(run_dir / p["record"])
+        if k == R.Kind.SYNC and f[0] == "queue:batch"
+    ]
+    assert len(seqs) == len(set(seqs)) == results["steps"]
+    assert any(s >= SEQ_STRIDE for s in seqs)

@@ -1,0 +1,57 @@
+"""``fdprof run`` as users call it: JSON results, the legacy env switch, bad input."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+
+def fdprof(*args, env=None):
+    return subprocess.run(
+        [sys.executable, "-m", "fdprof", "run", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, **(env or {})},
+    )
+
+
+@pytest.mark.slow
+def test_json_results_and_legacy_env(tmp_path):
+    out = tmp_path / "run"
+    r = fdprof("--out", str(out), "--requests", "8", "--json", env={"FD_USE_KVCACHE_LOCK": "1"})
+    assert r.returncode == 0, r.stderr
+    res = json.loads(r.stdout)
+    for key in (
+        "kv_lock",
+        "device",
+        "requests",
+        "generated_tokens",
+        "wall_s",
+        "tokens_per_s",
+        "steps",
+        "swaps",
+        "integrity",
+        "trace",
+    ):
+        assert key in res
+    assert res["kv_lock"] == "ipc" and res["device"] == "cpu"
+    assert "FD_USE_KVCACHE_LOCK=1 is deprecated" in r.stderr
+    assert res["trace"] == str(out.resolve())
+    assert json.loads((out / "run.json").read_text())["results"] == res
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["--device", "cuda"], ["--requests", "0"], ["--kv-lock", "flock"], ["--dp", "0"]],
+)
+def test_bad_input_is_one_line_exit_2(tmp_path, args):
+    if args[:2] == ["--device", "cuda"]:
+        torch = pytest.importorskip("torch")
+        if torch.cuda.is_available():
+            pytest.skip("this machine has CUDA")
+    r = fdprof("--out", str(tmp_path / "run"), *args)
+    assert r.returncode == 2
+    assert len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr

@@ -1,0 +1,83 @@
+"""A killed process stops the run within seconds, named with the reason; nothing is left in
+/dev/shm; Ctrl-C on ``fdprof run`` stops cleanly too."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from engine.launcher import EngineCrashed
+from tests.engine.conftest import SHM, manifest, run
+
+
+class KillAfterStart:
+    """An observer that SIGKILLs one engine process shortly after the run has started."""
+
+    def __init__(self, role: str) -> None:
+        self.role = role
+        self.stopped = False
+
+    def start(self, run_dir, processes):
+        pid = next(p["pid"] for p in processes if p["role"] == self.role)
+        threading.Timer(0.3, os.kill, (pid, signal.SIGKILL)).start()
+
+    def stop(self):
+        self.stopped = True
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("role", ["worker", "transfer"])
+def test_killed_process_is_named_and_run_stops(tmp_path, role):
+    killer = KillAfterStart(role)
+    t0 = time.monotonic()
+    with pytest.raises(EngineCrashed, match=rf"{role} process .* killed by SIGKILL"):
+        run(tmp_path, observers=[killer], requests=200)
+    assert time.monotonic() - t0 < 60
+    assert killer.stopped
+    m = manifest(tmp_path / "run")
+    assert m["status"] == "crashed" and "SIGKILL" in m["error"]
+    assert all(p["exitcode"] is not None for p in m["processes"])
+    dead = next(p for p in m["processes"] if p["role"] == role)
+    assert dead["exitcode"] == -signal.SIGKILL
+    assert (tmp_path / "run" / dead["record"]).stat().st_size > 0
+
+
+@pytest.mark.slow
+def test_ctrl_c_interrupts_cleanly(tmp_path):
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "fdprof",
+            "run",
+            "--out",
+            str(tmp_path / "run"),
+            "--requests",
+            "400",
+            "--kv-lock",
+            "ipc",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        run_json = tmp_path / "run" / "run.json"
+        if run_json.exists() and list((tmp_path / "run").glob("worker-*.rec")):
+            break
+        time.sleep(0.1)
+    time.sleep(1.0)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130
+    assert err.strip().splitlines()[-1] == "fdprof run: interrupted"
+    assert "Traceback" not in err
+    m = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert m["status"] == "interrupted"
+    assert list(SHM.glob(f"fdprof-{proc.pid}-*")) == []
