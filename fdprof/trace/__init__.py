@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from fdprof.errors import FdprofError
-from fdprof.trace import chrome, native
+from fdprof.trace import chrome, native, native_writer, nvtx_capture, otlp, perfetto
 from fdprof.trace.model import Trace
 
 Sniff = Callable[[Path, bytes], bool]
@@ -24,11 +24,22 @@ Read = Callable[[Path], Trace]
 HEAD_BYTES = 4096
 
 READERS: list[tuple[Sniff, Read]] = [
+    (nvtx_capture.sniff, nvtx_capture.read),
     (native.sniff, native.read),
+    (otlp.sniff, otlp.read),
     (chrome.sniff, chrome.read),
 ]
 
-__all__ = ["READERS", "Trace", "head", "load"]
+Write = Callable[[Trace, Path], None]
+
+#: output format -> writer
+WRITERS: dict[str, Write] = {
+    "native": native_writer.write,
+    "perfetto": perfetto.write,
+    "otlp-json": otlp.write,
+}
+
+__all__ = ["READERS", "WRITERS", "Trace", "head", "load", "output_format", "save"]
 
 
 def head(path: Path, size: int = HEAD_BYTES) -> bytes:
@@ -76,3 +87,29 @@ def load(path: str | Path, join: str | Path | None = None) -> Trace:
     if join is not None:
         raise FdprofError(f"{path}: --join applies to an Nsight Systems export only")
     return trace.validate()
+
+
+def output_format(path: Path) -> str:
+    """The format an output path's name asks for: ``*.otlp.json``/``*.jsonl`` OTLP JSON,
+    ``*.json``/``*.json.gz`` Perfetto, a directory or a name without suffix a native run."""
+    name = path.name.lower()
+    if name.endswith((".otlp.json", ".jsonl")):
+        return "otlp-json"
+    if name.endswith((".json", ".json.gz")):
+        return "perfetto"
+    if path.is_dir() or not path.suffix:
+        return "native"
+    raise FdprofError(f"{path}: cannot tell the output format from the name; pass --to")
+
+
+def save(trace: Trace, path: str | Path, to: str | None = None) -> str:
+    """Write ``trace`` to ``path`` in format ``to`` (default: from the name); returns it."""
+    path = Path(path)
+    to = to or output_format(path)
+    if to not in WRITERS:
+        raise FdprofError(f"unknown output format {to!r} (one of {', '.join(WRITERS)})")
+    try:
+        WRITERS[to](trace, path)
+    except OSError as exc:
+        raise FdprofError(f"{path}: cannot write ({exc.strerror or exc})") from None
+    return to

@@ -21,7 +21,7 @@ import pandas as pd
 
 from fdprof.trace import chrome as K
 from fdprof.trace import conventions as C
-from fdprof.trace.model import Trace
+from fdprof.trace.model import Trace, rows
 from fdprof.trace.tracks import SYNTHETIC_TID, assign
 
 
@@ -63,9 +63,7 @@ def write(trace: Trace, path: str | Path) -> None:
             first = False
 
         role_of = dict(zip(procs["pid"].tolist(), procs["role"].tolist(), strict=True))
-        for pid, role, name, anchored in procs[["pid", "role", "name", "anchored"]].itertuples(
-            index=False
-        ):
+        for pid, role, name, anchored in rows(procs, ["pid", "role", "name", "anchored"]):
             emit(
                 f'{{"ph":"M","name":"process_name","pid":{pid},"args":{{"name":'
                 f"{encode_basestring(str(name))},{encode_basestring(K.PROC_ROLE)}:"
@@ -96,11 +94,9 @@ def _spans(emit, spans: pd.DataFrame, attrs: pd.DataFrame, track_tid, role_of) -
     lanes_default = C.thread_lanes(spans["pid"].to_numpy(), spans["tid"].to_numpy())
     has_lane_attr = set(attrs.loc[attrs["key"] == C.LANE, "span_id"].tolist())
     has_role_attr = set(attrs.loc[attrs["key"] == C.ROLE, "span_id"].tolist())
-    cols = spans[["span_id", "parent_id", "name", "start", "end", "pid", "tid", "lane", "role"]]
+    cols = ["span_id", "parent_id", "name", "start", "end", "pid", "tid", "lane", "role"]
     trace_ids = spans["trace_id"].to_numpy(object, na_value=None)
-    for i, (sid, parent, name, start, end, pid, tid, lane, role) in enumerate(
-        cols.itertuples(index=False)
-    ):
+    for i, (sid, parent, name, start, end, pid, tid, lane, role) in enumerate(rows(spans, cols)):
         members = [f'"{K.SPAN_ID}":{sid}']
         if parent:
             members.append(f'"{K.PARENT_ID}":{parent}')
@@ -129,8 +125,8 @@ def _syncs(emit, syncs: pd.DataFrame, lane_tracks: dict, names: dict) -> None:
     lanes_default = C.thread_lanes(syncs["pid"].to_numpy(), syncs["tid"].to_numpy())
     next_tid = max([t for _, t in names] + [SYNTHETIC_TID - 1]) + 1
     where: list[tuple[int, int]] = []
-    cols = syncs[["op", "obj", "seq", "time", "pid", "tid", "lane", "span_id"]]
-    for i, (op, obj, seq, t, pid, tid, lane, span) in enumerate(cols.itertuples(index=False)):
+    cols = ["op", "obj", "seq", "time", "pid", "tid", "lane", "span_id"]
+    for i, (op, obj, seq, t, pid, tid, lane, span) in enumerate(rows(syncs, cols)):
         track = tid
         if lane != lanes_default[i]:
             if (pid, lane) not in lane_tracks:
@@ -153,9 +149,7 @@ def _syncs(emit, syncs: pd.DataFrame, lane_tracks: dict, names: dict) -> None:
     rel = keyed[keyed["op"] == "release"].drop_duplicates(["obj", "seq"])
     acq = keyed[keyed["op"] == "acquire"]
     pairs = acq.reset_index().merge(rel.reset_index(), on=["obj", "seq"], suffixes=("_a", "_r"))
-    for flow, (obj, r, a) in enumerate(
-        pairs[["obj", "index_r", "index_a"]].itertuples(index=False)
-    ):
+    for flow, (obj, r, a) in enumerate(rows(pairs, ["obj", "index_r", "index_a"])):
         for ph, row in (("s", r), ("f", a)):
             pid, track = where[row]
             t = times[row]

@@ -1,0 +1,45 @@
+"""``fdprof convert IN OUT``: any readable trace into native, Perfetto or OTLP JSON."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from fdprof.trace import WRITERS, load, save
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "convert",
+        help="convert a trace: native run directory, Perfetto JSON, OTLP JSON",
+        description="Reads any TRACE fdprof reads (picked by content) and writes it as --to; "
+        "without --to, OUT's name decides: *.otlp.json or *.jsonl OTLP JSON, *.json or "
+        "*.json.gz Perfetto, a directory native.",
+    )
+    p.add_argument("input", type=Path, help="run directory or trace file")
+    p.add_argument("output", type=Path, help="file or directory to write")
+    p.add_argument("--to", choices=sorted(WRITERS), default=None, help="output format")
+    p.add_argument("--join", type=Path, default=None, help="run directory to join (nsys traces)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(func=handle)
+
+
+def handle(args: argparse.Namespace) -> int:
+    trace = load(args.input, join=args.join)
+    for warning in trace.meta.get("warnings", []):
+        print(f"fdprof convert: warning: {warning}", file=sys.stderr)
+    to = save(trace, args.output, args.to)
+    summary = {
+        "output": str(args.output),
+        "format": to,
+        "spans": len(trace.spans),
+        "syncs": len(trace.syncs),
+        "accesses": len(trace.accesses),
+    }
+    if args.json:
+        print(json.dumps(summary))
+    else:
+        print(f"wrote {summary['spans']} spans, {summary['syncs']} syncs to {args.output} ({to})")
+    return 0

@@ -1,0 +1,143 @@
+"""Writer of native run directories: a trace from any source as ``run.json`` + ``.rec`` files.
+
+Each process's spans, attributes and syncs become the records the probe would have written
+(:mod:`fdprof.probe.records`), with a clock anchor of (0, 0): timestamps are stored on the
+trace's own timebase. What records cannot hold is kept as attributes: a lane or role that
+differs from the thread's becomes ``fd.lane`` / ``fd.role``; a value that is not an int, a
+float, a string or a list of int32 is stored as its JSON text in a string attribute.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+from fdprof.errors import FdprofError
+from fdprof.probe import records as R
+from fdprof.trace import conventions as C
+from fdprof.trace.model import Trace, rows
+from fdprof.trace.native import MANIFEST, RUN_FORMAT
+
+MASK64 = (1 << 64) - 1
+I32 = (-(2**31), 2**31 - 1)
+
+
+class _File:
+    """Records of one process, with its string table."""
+
+    def __init__(self, pid: int, role: str) -> None:
+        self.parts = [R.FILE_HEADER.pack(R.MAGIC, pid & 0xFFFFFFFF, 0, 0, role.encode()[:32])]
+        self.strings: dict[str, int] = {}
+
+    def record(self, kind: int, tid: int, payload: bytes, flags: int = 0) -> None:
+        if len(payload) > 0xFFFF:
+            raise FdprofError("a value is too long for a native record (64 KiB)")
+        if not 0 <= tid <= 0xFFFFFFFF:
+            raise FdprofError(f"thread id {tid} does not fit a native record")
+        self.parts.append(R.RECORD_HEADER.pack(kind, flags, len(payload), tid) + payload)
+
+    def intern(self, text: str, tid: int) -> int:
+        sid = self.strings.get(text)
+        if sid is None:
+            sid = self.strings[text] = len(self.strings) + 1
+            self.record(R.Kind.STRING, tid, R.STRING.pack(sid) + text.encode())
+        return sid
+
+    def attr(self, tid: int, span: int, key: str, text: str) -> None:
+        span &= MASK64
+        k = self.intern(key, tid)
+        value = json.loads(text)
+        if type(value) is int and -(2**63) <= value < 2**63:
+            self.record(R.Kind.ATTR_INT, tid, R.ATTR_INT.pack(span, k, 0, value))
+        elif type(value) is float:
+            self.record(R.Kind.ATTR_FLOAT, tid, R.ATTR_FLOAT.pack(span, k, 0, value))
+        elif (
+            type(value) is list
+            and value
+            and all(type(v) is int and I32[0] <= v <= I32[1] for v in value)
+        ) or (type(value) is list and not value and key in C.KV_KEYS):
+            ints = np.array(value, dtype="<i4").tobytes()
+            self.record(R.Kind.ATTR_INTS, tid, R.ATTR_INTS.pack(span, k, len(value)) + ints)
+        else:
+            s = value if type(value) is str else text
+            self.record(R.Kind.ATTR_STR, tid, R.ATTR_STR.pack(span, k, self.intern(s, tid)))
+
+
+def write(trace: Trace, path: str | Path) -> None:
+    out = Path(path)
+    if out.exists() and not out.is_dir():
+        raise FdprofError(f"{out}: exists and is not a directory")
+    out.mkdir(parents=True, exist_ok=True)
+    procs = trace.processes.set_index("pid")
+    role_of = dict(rows(trace.processes, ["pid", "role"]))
+    spans = trace.spans
+    attrs_by_span = trace.attrs.groupby("span_id", sort=False)
+    lanes = C.thread_lanes(spans["pid"].to_numpy(), spans["tid"].to_numpy())
+    files: dict[int, _File] = {}
+
+    def file_of(pid: int) -> _File:
+        if pid not in files:
+            role = str(procs.at[pid, "role"]) if pid in procs.index else ""
+            files[pid] = _File(pid, role)
+        return files[pid]
+
+    attr_groups = {sid: g for sid, g in attrs_by_span}
+    trace_ids = spans["trace_id"].to_numpy(object, na_value=None)
+    cols = ["span_id", "parent_id", "name", "start", "end", "pid", "tid", "lane", "role"]
+    for i, (sid, parent, name, start, end, pid, tid, lane, role) in enumerate(rows(spans, cols)):
+        f = file_of(pid)
+        n = f.intern(name, tid)
+        f.record(
+            R.Kind.SPAN_BEGIN, tid, R.SPAN_BEGIN.pack(sid & MASK64, parent & MASK64, n, 0, start)
+        )
+        own = attr_groups.get(sid)
+        keys = set() if own is None else set(own["key"].tolist())
+        if own is not None:
+            for key, value in rows(own, ["key", "value"]):
+                if key == C.LINKS:
+                    for tp in json.loads(value):
+                        _, trace_hex, span_hex, _ = tp.split("-")
+                        payload = R.CONTEXT.pack(
+                            sid & MASK64, bytes.fromhex(trace_hex), int(span_hex, 16)
+                        )
+                        f.record(R.Kind.CONTEXT, tid, payload, R.CONTEXT_LINK)
+                else:
+                    f.attr(tid, sid, key, value)
+        if lane != lanes[i] and C.LANE not in keys:
+            f.attr(tid, sid, C.LANE, C.attr_json(lane))
+        if pid in role_of and role != role_of[pid] and C.ROLE not in keys:
+            f.attr(tid, sid, C.ROLE, C.attr_json(role))
+        if trace_ids[i] is not None:
+            payload = R.CONTEXT.pack(sid & MASK64, bytes.fromhex(trace_ids[i]), parent & MASK64)
+            f.record(R.Kind.CONTEXT, tid, payload, R.CONTEXT_PARENT)
+        if end >= 0:
+            f.record(R.Kind.SPAN_END, tid, R.SPAN_END.pack(sid & MASK64, end))
+    ops = {"release": R.SyncOp.RELEASE, "acquire": R.SyncOp.ACQUIRE}
+    sync_cols = ["op", "obj", "seq", "time", "pid", "tid", "span_id"]
+    for op, obj, seq, t, pid, tid, span in rows(trace.syncs, sync_cols):
+        f = file_of(pid)
+        o = f.intern(obj, tid)
+        f.record(R.Kind.SYNC, tid, R.SYNC.pack(span & MASK64, o, ops[op], seq, t))
+    for pid in procs.index.tolist():
+        file_of(pid)
+    processes = []
+    for pid, f in files.items():
+        role = str(procs.at[pid, "role"]) if pid in procs.index else ""
+        record = f"{role or 'process'}-0-{pid}.rec"
+        (out / record).write_bytes(b"".join(f.parts))
+        name = str(procs.at[pid, "name"]) if pid in procs.index else role
+        processes.append(
+            {"pid": pid, "role": role, "name": name, "dp_rank": 0, "record": record, "exitcode": 0}
+        )
+    manifest = {
+        "format": RUN_FORMAT,
+        "config": trace.meta.get("config", {}),
+        "status": "ok",
+        "processes": processes,
+        "results": trace.meta.get("results", {}),
+        "error": None,
+        "source": {"format": trace.meta.get("format"), "path": trace.meta.get("path")},
+    }
+    (out / MANIFEST).write_text(json.dumps(manifest, indent=1, default=str))
