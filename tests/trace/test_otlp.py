@@ -84,11 +84,8 @@ def test_reads_collector_style_file_written_by_others(tmp_path):
     [
         ('{"resourceSpans": [{"scopeSpans": [{"spans": [{"name": "a"}]}]}]}', "startTimeUnixNano"),
         (
-            (
-                '{"resourceSpans": [{"scopeSpans": [{"spans": [{"spanId": 5, '
-                '"startTimeUnixNano": "1", "endTimeUnixNano": "2", "attributes": 3}]}]}]}',
-                "request 0",
-            ),
+            '{"resourceSpans": [{"scopeSpans": [{"spans": [{"spanId": 5, '
+            '"startTimeUnixNano": "1", "endTimeUnixNano": "2", "attributes": 3}]}]}]}',
             "request 0",
         ),
         ('{"resourceSpans": [', "truncated"),
