@@ -56,7 +56,7 @@ class CacheManager:
         self.gpu = BlockAllocator(cfg.gpu_blocks)
         self.cpu = BlockAllocator(cfg.cpu_blocks)
         self.cache = PrefixCache()
-        self.mutex = TracedMutex("kv_cache")
+        self.mutex = TracedMutex(f"kv_cache/dp{rank}")  # per process: seq-less objects pair by name
         self.stats = SwapStats()
         self._paths = paths
         self._swap_q = swap_q

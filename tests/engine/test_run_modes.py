@@ -50,7 +50,7 @@ def test_mode_swaps_both_ways_without_corruption(tmp_path, kv_lock):
     assert ops[("queue:batch", "acquire")] == results["steps"]
     assert ops[("queue:result", "acquire")] == results["steps"]
     assert ops[("signal:swap_done", "acquire")] == names["transfer"]["swap"]
-    assert ops[("mutex:kv_cache", "acquire")] == ops[("mutex:kv_cache", "release")] > 0
+    assert ops[("mutex:kv_cache/dp0", "acquire")] == ops[("mutex:kv_cache/dp0", "release")] > 0
     assert (ops[("lock:kv", "acquire")] > 0) == (kv_lock == "ipc")
     assert all(s < SEQ_STRIDE for o, _, s in syncs if o == "queue:batch")
 
