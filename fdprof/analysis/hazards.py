@@ -104,6 +104,8 @@ def find_hazards(trace: Trace, drop_objects: Iterable[str] = ()) -> HazardReport
     bad = ~syncs["op"].isin(["release", "acquire"])
     if bad.any():
         raise FdprofError(f"sync op {syncs['op'][bad].iloc[0]!r} is neither release nor acquire")
+    groups = dp_groups(trace)
+    syncs = _scoped_objects(syncs, groups)
 
     lanes = pd.Index(
         pd.unique(pd.concat([spans["lane"], syncs["lane"]], ignore_index=True).astype(str))
@@ -113,7 +115,7 @@ def find_hazards(trace: Trace, drop_objects: Iterable[str] = ()) -> HazardReport
     gaps += pair_gaps
     clocks = _LaneClocks(syncs, src, lanes, gaps)
 
-    acc, orphan_gaps = _access_table(spans, accesses, lanes)
+    acc, orphan_gaps = _access_table(spans, accesses, lanes, groups)
     gaps += orphan_gaps
     gaps += _truncation_gaps(spans)
     if acc["n"] == 0:
@@ -137,6 +139,50 @@ def find_hazards(trace: Trace, drop_objects: Iterable[str] = ()) -> HazardReport
     return HazardReport(
         races, alarms.drop(columns="overlapped"), _gap_frame(gaps), dropped, tuple(lanes)
     )
+
+
+def dp_groups(trace: Trace) -> dict[int, int]:
+    """pid -> DP group: from a ``dp_rank`` column of ``processes`` if a reader provides one,
+    else, for a run whose config says ``dp`` > 1, from process names ``<role>-<rank>`` (as
+    the engine's launcher names them). Empty (one group) otherwise."""
+    processes = trace.processes
+    if processes is None or processes.empty or "pid" not in processes.columns:
+        return {}
+    pids = processes["pid"].to_numpy(np.int64).tolist()
+    if "dp_rank" in processes.columns:
+        return dict(zip(pids, processes["dp_rank"].astype(int).tolist(), strict=True))
+    config = trace.meta.get("config") or {}
+    if int(config.get("dp") or 1) <= 1 or not {"name", "role"} <= set(processes.columns):
+        return {}
+    ranks = {}
+    for pid, name, role in zip(pids, processes["name"].astype(str), processes["role"].astype(str),
+                               strict=True):  # fmt: skip
+        head, _, rank = name.rpartition("-")
+        if head != role or not rank.isdigit():
+            return {}
+        ranks[pid] = int(rank)
+    return ranks
+
+
+def _scoped_objects(syncs: pd.DataFrame, groups: dict[int, int]) -> pd.DataFrame:
+    """Object names made unique where the name alone is ambiguous: ``mutex:*`` are
+    in-process (scoped by pid); keyed channels (queues, signals) belong to one DP group.
+    Seq-less inter-process objects (``lock:kv``, one flock file per run) stay global."""
+    if syncs.empty:
+        return syncs
+    obj = syncs["obj"].astype(str).to_numpy(dtype=object)
+    pid = syncs["pid"].to_numpy(np.int64)
+    mutex = np.array([o.startswith("mutex:") for o in obj.tolist()], dtype=bool)
+    scoped = obj.copy()
+    if mutex.any():
+        scoped[mutex] = [f"{o}@pid{p}" for o, p in zip(obj[mutex], pid[mutex], strict=True)]
+    keyed = (syncs["seq"].to_numpy(np.int64) != -1) & ~mutex
+    if len(set(groups.values())) > 1 and keyed.any():
+        scoped[keyed] = [f"{o}@dp{groups.get(p, 0)}"
+                         for o, p in zip(obj[keyed], pid[keyed], strict=True)]  # fmt: skip
+    if (scoped == obj).all():
+        return syncs
+    return syncs.assign(obj=pd.array(scoped, dtype="string"))
 
 
 def pair_syncs(syncs: pd.DataFrame) -> tuple[np.ndarray, list[dict[str, Any]]]:
@@ -290,8 +336,11 @@ class _Ranker:
         return np.searchsorted(self.times, t)
 
 
-def _access_table(spans: pd.DataFrame, accesses: pd.DataFrame, lanes: pd.Index):
-    """Accesses joined with their (finished) spans, as numpy columns."""
+def _access_table(
+    spans: pd.DataFrame, accesses: pd.DataFrame, lanes: pd.Index, groups: dict[int, int]
+):
+    """Accesses joined with their (finished) spans, as numpy columns; pools scoped per DP
+    group when there are several (each group has its own KV cache)."""
     span_ids = spans["span_id"].to_numpy(np.int64)
     span_index = pd.Index(span_ids)
     if not span_index.is_unique:
@@ -316,7 +365,11 @@ def _access_table(spans: pd.DataFrame, accesses: pd.DataFrame, lanes: pd.Index):
     ok[ok] = ends[srow[ok]] != -1
     srow = srow[ok]
     a = accesses[ok]
-    pool_code, pools = pd.factorize(a["pool"].astype(str))
+    pool = a["pool"].astype(str).to_numpy(dtype=object)
+    if len(set(groups.values())) > 1:
+        pid = spans["pid"].to_numpy(np.int64)[srow]
+        pool = pool + np.array([f"@dp{groups.get(p, 0)}" for p in pid.tolist()], dtype=object)
+    pool_code, pools = pd.factorize(pool)
     block = a["block"].to_numpy(np.int64)
     nb = int(block.max()) + 1 if len(block) else 1
     lo = a["layer_lo"].to_numpy(np.int64)

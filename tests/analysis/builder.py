@@ -51,7 +51,10 @@ class TraceBuilder:
                               "layer_lo": layers[0], "layer_hi": layers[1]})  # fmt: skip
 
     def sync(self, op: str, obj: str, time: int, lane: str, seq: int = -1) -> None:
-        self.syncs.append({"op": op, "obj": obj, "seq": seq, "time": time, "pid": 0, "tid": 0,
+        pid, _, tid = lane.partition("/")
+        self.syncs.append({"op": op, "obj": obj, "seq": seq, "time": time,
+                           "pid": int(pid) if pid.isdigit() else 0,
+                           "tid": int(tid) if tid.isdigit() else 0,
                            "lane": lane, "span_id": 0})  # fmt: skip
 
     def release(self, obj: str, time: int, lane: str, seq: int = -1) -> None:

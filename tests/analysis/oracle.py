@@ -20,8 +20,9 @@ def oracle(trace: Trace) -> dict[str, set]:
     graph has a cycle (the detector then drops an edge, which this does not model)."""
     syncs = trace.syncs.reset_index(drop=True)
     ev = [
-        {"row": i, "op": r.op, "obj": r.obj, "seq": int(r.seq), "time": int(r.time),
-         "lane": str(r.lane)}
+        {"row": i, "op": r.op, "seq": int(r.seq), "time": int(r.time), "lane": str(r.lane),
+         # in-process mutexes: one object per process
+         "obj": f"{r.obj}/{r.pid}" if str(r.obj).startswith("mutex:") else str(r.obj)}
         for i, r in enumerate(syncs.itertuples())
     ]  # fmt: skip
     succ: dict[int, set[int]] = {e["row"]: set() for e in ev}

@@ -17,7 +17,7 @@ def random_trace(seed: int, family: str = "mixed") -> Trace:
     """``mixed``: every object kind, some lanes skewed; ``skewed``: keyed objects only, every
     lane's clock skewed; ``locks``: mostly seq-less objects (time-ordered pairing)."""
     rng = random.Random(seed)
-    lanes = [f"{i + 1}/1" for i in range(rng.randint(2, 4))]
+    lanes = [f"{1 + i % 2}/{i + 1}" for i in range(rng.randint(2, 4))]  # threads share pids
     p_skew = {"mixed": 0.3, "skewed": 1.0, "locks": 0.0}[family]
     objs = {"mixed": SEQ_OBJS + SEQLESS_OBJS, "skewed": SEQ_OBJS,
             "locks": SEQLESS_OBJS + SEQLESS_OBJS + SEQ_OBJS[:1]}[family]  # fmt: skip

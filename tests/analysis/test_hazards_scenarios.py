@@ -204,3 +204,36 @@ def test_missing_column_is_one_clear_error():
     trace.accesses = trace.accesses.drop(columns="mode")
     with pytest.raises(FdprofError, match="accesses table lacks column"):
         find_hazards(trace)
+
+
+def test_a_mutex_orders_threads_of_one_process_only():
+    def trace(reader_lane):
+        b = TraceBuilder()
+        b.span("1/1", "schedule", 1, 10, writes=(3,))
+        b.release("mutex:kv_cache", 11, "1/1")
+        b.acquire("mutex:kv_cache", 12, reader_lane)
+        b.span(reader_lane, "execute_model", 13, 20, reads=(3,))
+        return b.build()
+
+    assert counts(trace("1/2"))["races"] == 0  # same process: the mutex orders them
+    assert counts(trace("2/1"))["races"] == 1  # another process's mutex of the same name
+
+
+def test_dp_groups_have_their_own_blocks_and_channels():
+    from fdprof.trace.model import frame
+
+    b = TraceBuilder()
+    for rank, (eng, wrk) in enumerate((("10/1", "11/1"), ("20/1", "21/1"))):
+        b.span(eng, "swap", 1 + rank, 10, writes=(3,))
+        b.release("queue:batch", 11 + 5 * rank, eng, seq=1)
+        b.acquire("queue:batch", 12 + 5 * rank, wrk, seq=1)
+        b.span(wrk, "execute_model", 13 + 5 * rank, 30, reads=(3,))
+    trace = b.build()
+    assert counts(trace)["races"] > 0  # without groups: blocks and seqs collide
+    trace.processes = frame("processes", {
+        "pid": [10, 11, 20, 21], "role": ["engine", "worker"] * 2,
+        "name": ["engine-0", "worker-0", "engine-1", "worker-1"], "anchored": [True] * 4,
+    })  # fmt: skip
+    assert counts(trace)["races"] > 0  # names alone do not make groups
+    trace.meta["config"] = {"dp": 2}  # a run directory's config says so
+    assert counts(trace)["races"] == 0
