@@ -163,7 +163,7 @@ class CacheManager:
             table,
             matched,
             len(matched) * bs,
-            [b for b in table[: len(matched)]],
+            table[: len(matched)],
             [e.fp for e in matched],
         )
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import fcntl
 import os
 import queue
+import secrets
 import threading
 import time
 from collections.abc import Iterator
@@ -52,6 +53,22 @@ class RunPaths:
 
     def leftovers(self) -> list[Path]:
         return sorted(SHM_DIR.glob(f"{self.prefix}-*"))
+
+    @staticmethod
+    def for_this_process() -> RunPaths:
+        return RunPaths(f"fdprof-{os.getpid()}-{secrets.token_hex(4)}")
+
+
+def remove_stale(shm_dir: Path = SHM_DIR) -> list[Path]:
+    """Remove what runs whose supervisor was killed (``kill -9``, no cleanup) left behind:
+    files named ``fdprof-<pid>-<hex>-...`` whose pid no longer exists."""
+    removed = []
+    for path in shm_dir.glob("fdprof-*-*-*"):
+        pid = path.name.split("-")[1]
+        if pid.isdigit() and not Path(f"/proc/{pid}").exists():
+            path.unlink(missing_ok=True)
+            removed.append(path)
+    return removed
 
 
 def create_shm_file(path: Path, size: int) -> None:

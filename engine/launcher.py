@@ -13,7 +13,6 @@ import json
 import multiprocessing
 import os
 import queue
-import secrets
 import signal
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -21,7 +20,7 @@ from pathlib import Path
 from typing import Protocol
 
 from engine.config import EngineConfig
-from engine.ipc import Control, RunPaths, SwapSignal, create_shm_file
+from engine.ipc import Control, RunPaths, SwapSignal, create_shm_file, remove_stale
 from engine.process import ProcessContext, child_main
 from engine.workloads import sized_for_workload
 from fdprof.errors import FdprofError
@@ -232,7 +231,8 @@ def run_engine(
     run_dir.mkdir(parents=True, exist_ok=True)
     for old in run_dir.glob("*.rec"):
         old.unlink()
-    paths = RunPaths(f"fdprof-{os.getpid()}-{secrets.token_hex(4)}")
+    remove_stale()
+    paths = RunPaths.for_this_process()
     manifest = {"config": cfg.to_dict(), "processes": [], "results": {}, "error": None}
     group: _Group | None = None
     started: list[RunObserver] = []
