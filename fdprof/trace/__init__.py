@@ -14,11 +14,15 @@ from collections.abc import Callable
 from pathlib import Path
 
 from fdprof.errors import FdprofError
-from fdprof.trace import chrome, native, native_writer, nvtx_capture, otlp, perfetto
+from fdprof.trace import chrome, native, native_writer, nsys, nvtx_capture, otlp, perfetto
+from fdprof.trace.join import join as join_run
 from fdprof.trace.model import Trace
 
 Sniff = Callable[[Path, bytes], bool]
 Read = Callable[[Path], Trace]
+
+#: formats whose ranges carry span ids, so ``load(..., join=RUN_DIR)`` applies
+JOINABLE = ("nsys", "nvtx-capture")
 
 #: how many leading bytes a sniffer sees
 HEAD_BYTES = 4096
@@ -26,6 +30,7 @@ HEAD_BYTES = 4096
 READERS: list[tuple[Sniff, Read]] = [
     (nvtx_capture.sniff, nvtx_capture.read),
     (native.sniff, native.read),
+    (nsys.sniff, nsys.read),
     (otlp.sniff, otlp.read),
     (chrome.sniff, chrome.read),
 ]
@@ -85,7 +90,12 @@ def load(path: str | Path, join: str | Path | None = None) -> Trace:
             "Chrome/Perfetto JSON, an Nsight Systems SQLite export or OTLP JSON)"
         )
     if join is not None:
-        raise FdprofError(f"{path}: --join applies to an Nsight Systems export only")
+        if trace.meta.get("format") not in JOINABLE:
+            raise FdprofError(f"{path}: --join applies to an Nsight Systems export or NVTX capture")
+        run = load(join)
+        if run.meta.get("format") != "native":
+            raise FdprofError(f"{join}: --join needs a native run directory")
+        trace = join_run(trace, run)
     return trace.validate()
 
 

@@ -1,0 +1,106 @@
+"""Join an Nsight Systems trace (or an NVTX capture) to the native run it profiled, by span id.
+
+NVTX ranges carry only a name and a payload; the probe puts the span id in the int64 payload
+(an Nsight export keeps it in ``nvtx.payload``; the NVTX capture reader already makes it the
+span id), so each range finds its native span and gets back what NVTX cannot carry
+(attributes, KV accesses, step, role, parent, trace id). The result is on the Nsight timebase:
+matched spans keep Nsight's start/end; everything else from the run (unmatched spans, sync
+events) is shifted by the median offset between the two clocks measured on the matched pairs.
+Device work and launch edges from the export stay as they are.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from fdprof.errors import FdprofError
+from fdprof.trace.assemble import assemble
+from fdprof.trace.model import Trace
+from fdprof.trace.nsys import PAYLOAD
+
+
+def join(profile: Trace, run: Trace) -> Trace:
+    attrs = profile.attrs
+    pay = attrs[attrs["key"] == PAYLOAD]
+    if len(pay):
+        ids, values = pay["span_id"].to_numpy(), pay["value"].astype("int64").to_numpy()
+    else:  # the reader already made the payload the span id (NVTX capture)
+        ids = values = profile.spans["span_id"].to_numpy()
+    payload = pd.Series(values, index=ids)
+    native = run.spans.set_index("span_id")
+    matched = payload[payload.isin(native.index)]
+    if not len(matched):
+        raise FdprofError(
+            f"{profile.meta.get('path')}: no NVTX range carries a span id of "
+            f"{run.meta.get('path')} (was the run recorded with NVTX on?)"
+        )
+    ranges = profile.spans.set_index("span_id")
+    offset = int(
+        np.median(
+            ranges.loc[matched.index, "start"].to_numpy()
+            - native.loc[matched.to_numpy(), "start"].to_numpy()
+        )
+    )
+    # ids of the profile's other spans move above the run's, so none collides
+    base = int(max(run.spans["span_id"].max(), 0))
+    others = ranges.index.difference(matched.index)
+    renumber = pd.Series(np.arange(base + 1, base + 1 + len(others)), index=others)
+    new_id = pd.concat([pd.Series(matched.to_numpy(), index=matched.index), renumber])
+
+    mine = ranges.loc[matched.index].copy()
+    theirs = native.loc[matched.to_numpy()]
+    for col in ("parent_id", "name", "role", "trace_id"):
+        mine[col] = theirs[col].to_numpy()
+    mine.index = matched.to_numpy()
+    rest = ranges.loc[others].copy()
+    rest.index = renumber.to_numpy()
+    unmatched = native.drop(index=matched.to_numpy()).copy()
+    unmatched["start"] = unmatched["start"] + offset
+    unmatched["end"] = unmatched["end"].where(unmatched["end"] < 0, unmatched["end"] + offset)
+    spans = pd.concat([mine, rest, unmatched]).rename_axis("span_id").reset_index()
+
+    run_attrs = run.attrs
+    prof_attrs = attrs[attrs["key"] != PAYLOAD].copy()
+    prof_attrs["span_id"] = new_id.reindex(prof_attrs["span_id"].to_numpy()).to_numpy()
+    all_attrs = pd.concat([run_attrs, prof_attrs], ignore_index=True)
+
+    run_syncs = run.syncs.copy()
+    run_syncs["time"] = run_syncs["time"] + offset
+    prof_syncs = profile.syncs.copy()
+    linked = prof_syncs["span_id"] != 0
+    prof_syncs.loc[linked, "span_id"] = new_id.reindex(
+        prof_syncs.loc[linked, "span_id"].to_numpy()
+    ).to_numpy()
+    syncs = pd.concat([run_syncs, prof_syncs], ignore_index=True)
+
+    procs = pd.concat([run.processes, profile.processes]).drop_duplicates("pid")
+    trace = Trace(
+        meta={
+            "format": "nsys+native",
+            "path": profile.meta.get("path"),
+            "join": run.meta.get("path"),
+            "clock_offset_ns": offset,
+        }
+        | {k: run.meta[k] for k in ("config", "results") if k in run.meta}
+    )
+    span_cols = {c: spans[c].to_numpy() for c in spans.columns if c not in ("lane", "step")}
+    span_cols["lane"] = np.full(len(spans), None, dtype=object)
+    span_cols["trace_id"] = spans["trace_id"].to_numpy(object, na_value=None)
+    is_device = spans["lane"].str.startswith("cuda:").fillna(False).to_numpy()
+    span_cols["lane"][is_device] = spans["lane"].to_numpy(object)[is_device]
+    assemble(
+        trace,
+        span_cols,
+        (all_attrs["span_id"], all_attrs["key"], all_attrs["value"]),
+        {c: syncs[c].to_numpy(object if c in ("op", "obj", "lane") else None) for c in syncs},
+        {c: procs[c].to_numpy() for c in procs.columns},
+    )
+    for warning in profile.meta.get("warnings", []) + run.meta.get("warnings", []):
+        trace.warn(warning)
+    trace.warn(
+        f"joined {len(matched)} of {len(payload)} NVTX ranges with a payload to native spans; "
+        f"{len(unmatched)} unmatched native spans and the run's syncs shifted by {offset} ns "
+        "onto the Nsight timebase"
+    )
+    return trace

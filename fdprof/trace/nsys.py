@@ -1,0 +1,377 @@
+"""Reader of Nsight Systems SQLite exports (``nsys export --type sqlite``).
+
+Export schemas differ between versions (see ``shared/notes/field.md``), so nothing here
+assumes a column position or an event-type number: columns are looked up by name, event types
+through ``ENUM_NSYS_EVENT_TYPE`` when the export has it (else the long-stable ids), range names
+come from ``text`` or, failing that, ``textId`` → ``StringIds``.
+
+What becomes what:
+- NVTX push/pop and start/end ranges → spans on the thread that opened them (an unclosed
+  range gets end = -1); marks → zero-length spans. Domain and category names, and the payload,
+  become the ``nvtx.domain``, ``nvtx.category`` and ``nvtx.payload`` attributes. The probe puts
+  the span id in the int64 payload, which is how :mod:`fdprof.trace.join` matches native spans.
+- CUDA kernels, memcpys and memsets → spans on device lanes ``cuda:<device>/stream:<stream>``;
+  each CUDA runtime call that launched one releases ``cuda:launch`` (sequence: the
+  correlation id) and the device work acquires it, so launch order is a happens-before edge.
+- Times are nanoseconds from the session start; ``TARGET_INFO_SESSION_START_TIME`` anchors them
+  to the epoch (otherwise processes are marked unanchored and a warning says so).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from fdprof.errors import FdprofError
+from fdprof.trace import conventions as C
+from fdprof.trace.assemble import assemble
+from fdprof.trace.model import Trace
+
+SQLITE_MAGIC = b"SQLite format 3\x00"
+#: event types by ENUM_NSYS_EVENT_TYPE name, with the ids used when the export lacks the enum
+EVENT_TYPES = {
+    "NvtxPushPopRange": 59,
+    "NvtxStartEndRange": 60,
+    "NvtxMark": 34,
+    "NvtxDomainCreate": 75,
+    "NvtxCategory": 33,
+}
+DEVICE_TABLES = {
+    "CUPTI_ACTIVITY_KIND_KERNEL": "kernel",
+    "CUPTI_ACTIVITY_KIND_MEMCPY": "memcpy",
+    "CUPTI_ACTIVITY_KIND_MEMSET": "memset",
+}
+LAUNCH = "cuda:launch"
+PAYLOAD = "nvtx.payload"
+
+
+def sniff(path: Path, head: bytes) -> bool:
+    return head.startswith(SQLITE_MAGIC)
+
+
+def global_tid(values: pd.Series) -> tuple[np.ndarray, np.ndarray]:
+    """``(pid, tid)`` of Nsight's ``globalTid`` / ``globalPid`` values."""
+    g = values.fillna(0).to_numpy(np.int64)
+    return (g >> 24) & 0xFFFFFF, g & 0xFFFFFF
+
+
+class _Export:
+    """An open export: its tables and columns, queried by name."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        try:
+            self.db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+            names = self.db.execute("SELECT name FROM sqlite_master WHERE type='table'")
+            self.tables = {row[0] for row in names}
+        except sqlite3.DatabaseError as exc:
+            raise FdprofError(f"{path}: not a readable SQLite database ({exc})") from None
+
+    def columns(self, table: str) -> set[str]:
+        return {row[1] for row in self.db.execute(f"PRAGMA table_info({table})")}
+
+    def query(self, sql: str) -> pd.DataFrame:
+        try:
+            # nullable dtypes: an int column with NULLs must not become float (span ids in
+            # payloads need all 64 bits)
+            return pd.read_sql_query(sql, self.db, dtype_backend="numpy_nullable")
+        except (sqlite3.DatabaseError, pd.errors.DatabaseError) as exc:
+            raise FdprofError(f"{self.path}: unexpected export schema ({exc})") from None
+
+    def strings(self) -> dict[int, str]:
+        if "StringIds" not in self.tables:
+            return {}
+        return dict(self.db.execute("SELECT id, value FROM StringIds").fetchall())
+
+    def event_types(self) -> dict[str, int]:
+        types = dict(EVENT_TYPES)
+        if "ENUM_NSYS_EVENT_TYPE" in self.tables:
+            known = dict(self.db.execute("SELECT name, id FROM ENUM_NSYS_EVENT_TYPE").fetchall())
+            types.update({k: known[k] for k in EVENT_TYPES if k in known})
+        return types
+
+    def meta(self) -> dict[str, str]:
+        for table in ("META_DATA_EXPORT", "EXPORT_META_DATA"):
+            if table in self.tables:
+                return dict(self.db.execute(f"SELECT name, value FROM {table}").fetchall())
+        return {}
+
+    def epoch_offset(self) -> int | None:
+        table = "TARGET_INFO_SESSION_START_TIME"
+        if table in self.tables and "utcEpochNs" in self.columns(table):
+            row = self.db.execute(f"SELECT utcEpochNs FROM {table}").fetchone()
+            return int(row[0]) if row and row[0] is not None else None
+        return None
+
+
+class _Rows:
+    """Columns collected from each source table, assembled once."""
+
+    def __init__(self) -> None:
+        self.spans: list[dict[str, np.ndarray]] = []
+        self.attrs: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+        self.syncs: list[dict[str, np.ndarray]] = []
+        self.next_id = 1
+
+    def add_spans(self, cols: dict[str, np.ndarray]) -> np.ndarray:
+        n = len(cols["start"])
+        ids = np.arange(self.next_id, self.next_id + n, dtype=np.int64)
+        self.next_id += n
+        self.spans.append(cols | {"span_id": ids})
+        return ids
+
+    def add_attr(self, ids: np.ndarray, key: str, values: pd.Series) -> None:
+        keep = values.notna().to_numpy()
+        if keep.any():
+            texts = [C.attr_json(v) for v in values[keep].tolist()]
+            self.attrs.append((ids[keep], np.full(int(keep.sum()), key, dtype=object), texts))
+
+
+def read(path: Path) -> Trace:
+    export = _Export(path)
+    if "NVTX_EVENTS" not in export.tables and not (set(DEVICE_TABLES) & export.tables):
+        raise FdprofError(
+            f"{path}: an SQLite file, but not an Nsight Systems export (no NVTX_EVENTS or CUPTI "
+            "tables)"
+        )
+    trace = Trace(meta={"format": "nsys", "path": str(path)})
+    meta = export.meta()
+    trace.meta["nsys"] = {
+        k: meta[k] for k in ("EXPORT_PRODUCT_VERSION", "EXPORT_SCHEMA_VERSION") if k in meta
+    }
+    offset = export.epoch_offset()
+    if offset is None:
+        trace.warn("no session start time in the export: times are from the session start")
+    strings = export.strings()
+    rows = _Rows()
+    if "NVTX_EVENTS" in export.tables:
+        _nvtx(export, strings, rows)
+    launched = _device(export, strings, rows)
+    if launched is not None:
+        _launches(export, launched, rows)
+    procs = _processes(export, rows)
+    _assemble(trace, rows, procs, offset or 0, offset is not None)
+    trace.meta["thread_names"] = _thread_names(export, strings)
+    return trace
+
+
+def _name_sql(export: _Export, table: str, alias: str = "e") -> str:
+    cols = export.columns(table)
+    text = f"{alias}.text" if "text" in cols else "NULL"
+    if "textId" in cols and "StringIds" in export.tables:
+        return f"COALESCE({text}, (SELECT value FROM StringIds s WHERE s.id = {alias}.textId))"
+    return text
+
+
+def _nvtx(export: _Export, strings: dict[int, str], rows: _Rows) -> None:
+    cols = export.columns("NVTX_EVENTS")
+    missing = {"start", "eventType", "globalTid"} - cols
+    if missing:
+        raise FdprofError(f"{export.path}: NVTX_EVENTS lacks {', '.join(sorted(missing))}")
+    types = export.event_types()
+
+    def col(name: str) -> str:
+        return f"e.{name}" if name in cols else "NULL"
+
+    df = export.query(
+        f"SELECT e.start, {col('end')} AS end_, e.eventType, e.globalTid, {col('domainId')} AS "
+        f"domainId, {col('category')} AS category, {col('int64Value')} AS i64, "
+        f"{col('uint64Value')} AS u64, {_name_sql(export, 'NVTX_EVENTS')} AS name "
+        "FROM NVTX_EVENTS e"
+    )
+    kind = df["eventType"]
+    domains = df[kind == types["NvtxDomainCreate"]]
+    domain_of = dict(zip(domains["domainId"].tolist(), domains["name"].tolist(), strict=True))
+    categories = df[kind == types["NvtxCategory"]]
+    category_of = dict(
+        zip(categories["category"].tolist(), categories["name"].tolist(), strict=True)
+    )
+    ranges = df[kind.isin([types["NvtxPushPopRange"], types["NvtxStartEndRange"]])]
+    marks = df[kind == types["NvtxMark"]]
+    for part, is_mark in ((ranges, False), (marks, True)):
+        if not len(part):
+            continue
+        pid, tid = global_tid(part["globalTid"])
+        start = part["start"].to_numpy(np.int64)
+        end = start if is_mark else part["end_"].fillna(-1).to_numpy(np.int64)
+        ids = rows.add_spans(
+            {
+                "name": part["name"].fillna("").to_numpy(object),
+                "start": start,
+                "end": end,
+                "pid": pid,
+                "tid": tid,
+                "lane": np.full(len(part), None, dtype=object),
+            }
+        )
+        payload = part["i64"].where(part["i64"].notna(), part["u64"])
+        rows.add_attr(ids, PAYLOAD, payload)
+        domains = part["domainId"].astype(object).where(part["domainId"].notna(), None)
+        rows.add_attr(ids, "nvtx.domain", pd.Series([domain_of.get(d) for d in domains]))
+        cats = part["category"].astype(object).where(part["category"].notna(), None)
+        named = [category_of.get(c, c) if c else None for c in cats]
+        rows.add_attr(ids, "nvtx.category", pd.Series(named, dtype=object))
+
+
+def _device(export: _Export, strings: dict[int, str], rows: _Rows) -> pd.DataFrame | None:
+    """Device work as spans; returns (correlation id, device span) for the launch edges."""
+    parts = []
+    for table, what in DEVICE_TABLES.items():
+        if table not in export.tables:
+            continue
+        cols = export.columns(table)
+        needed = {"start", "end", "deviceId", "streamId", "globalPid"}
+        if needed - cols:
+            continue
+        name_col = next((c for c in ("shortName", "demangledName", "name") if c in cols), None)
+        extra = [c for c in ("correlationId", "bytes", "copyKind") if c in cols]
+        select = ", ".join(sorted(needed) + extra + ([name_col] if name_col else []))
+        df = export.query(f"SELECT {select} FROM {table}")
+        if not len(df):
+            continue
+        if name_col:
+            names = df[name_col].map(lambda v, w=what: strings.get(v, str(v)) if pd.notna(v) else w)
+        else:
+            names = pd.Series([what] * len(df))
+        pid, _ = global_tid(df["globalPid"])
+        device = df["deviceId"].to_numpy(np.int64)
+        stream = df["streamId"].to_numpy(np.int64)
+        ids = rows.add_spans(
+            {
+                "name": names.to_numpy(object),
+                "start": df["start"].to_numpy(np.int64),
+                "end": df["end"].fillna(-1).to_numpy(np.int64),
+                "pid": pid,
+                "tid": stream,
+                "lane": np.array(
+                    [f"cuda:{d}/stream:{s}" for d, s in zip(device, stream, strict=True)],
+                    dtype=object,
+                ),
+            }
+        )
+        rows.add_attr(ids, "cuda.kind", pd.Series([what] * len(df)))
+        for c in extra:
+            rows.add_attr(ids, f"cuda.{c}", df[c])
+        if "correlationId" in df:
+            parts.append(
+                pd.DataFrame(
+                    {
+                        "correlationId": df["correlationId"].to_numpy(np.int64),
+                        "span_id": ids,
+                        "time": df["start"].to_numpy(np.int64),
+                        "pid": pid,
+                        "tid": stream,
+                        "lane": [
+                            f"cuda:{d}/stream:{s}" for d, s in zip(device, stream, strict=True)
+                        ],
+                    }
+                )
+            )
+    return pd.concat(parts, ignore_index=True) if parts else None
+
+
+def _launches(export: _Export, launched: pd.DataFrame, rows: _Rows) -> None:
+    """``cuda:launch`` edges from each runtime call to the device work it launched."""
+    table = "CUPTI_ACTIVITY_KIND_RUNTIME"
+    if table not in export.tables or {"start", "globalTid", "correlationId"} - export.columns(
+        table
+    ):
+        return
+    calls = export.query(f"SELECT start, globalTid, correlationId FROM {table}")
+    calls = calls[calls["correlationId"].isin(launched["correlationId"])]
+    pid, tid = global_tid(calls["globalTid"])
+    seq = calls["correlationId"].to_numpy(np.int64)
+    rows.syncs.append(
+        {
+            "op": np.full(len(calls), "release", dtype=object),
+            "obj": np.full(len(calls), LAUNCH, dtype=object),
+            "seq": seq,
+            "time": calls["start"].to_numpy(np.int64),
+            "pid": pid,
+            "tid": tid,
+            "lane": np.full(len(calls), None, dtype=object),
+            "span_id": np.zeros(len(calls), dtype=np.int64),
+        }
+    )
+    got = launched[launched["correlationId"].isin(calls["correlationId"])]
+    rows.syncs.append(
+        {
+            "op": np.full(len(got), "acquire", dtype=object),
+            "obj": np.full(len(got), LAUNCH, dtype=object),
+            "seq": got["correlationId"].to_numpy(np.int64),
+            "time": got["time"].to_numpy(np.int64),
+            "pid": got["pid"].to_numpy(np.int64),
+            "tid": got["tid"].to_numpy(np.int64),
+            "lane": got["lane"].to_numpy(object),
+            "span_id": got["span_id"].to_numpy(np.int64),
+        }
+    )
+
+
+def _processes(export: _Export, rows: _Rows) -> dict[int, str]:
+    names: dict[int, str] = {}
+    if "PROCESSES" in export.tables and {"pid", "name"} <= export.columns("PROCESSES"):
+        names = dict(export.db.execute("SELECT pid, name FROM PROCESSES").fetchall())
+    seen: set[int] = set()
+    for part in rows.spans:
+        seen.update(part["pid"].tolist())
+    for part in rows.syncs:
+        seen.update(part["pid"].tolist())
+    return {pid: str(names.get(pid, pid)) for pid in sorted(seen)}
+
+
+def _thread_names(export: _Export, strings: dict[int, str]) -> dict[str, str]:
+    if "ThreadNames" not in export.tables:
+        return {}
+    df = export.query("SELECT nameId, globalTid FROM ThreadNames")
+    pid, tid = global_tid(df["globalTid"])
+    return {
+        f"{p}/{t}": strings.get(n, str(n))
+        for p, t, n in zip(pid.tolist(), tid.tolist(), df["nameId"].tolist(), strict=True)
+    }
+
+
+def _assemble(trace: Trace, rows: _Rows, procs: dict[int, str], offset: int, anchored: bool):
+    def cat(parts: list[dict], key: str, dtype) -> np.ndarray:
+        return np.concatenate([p[key] for p in parts]) if parts else np.zeros(0, dtype=dtype)
+
+    start = cat(rows.spans, "start", np.int64) + offset
+    end = cat(rows.spans, "end", np.int64)
+    end = np.where(end < 0, -1, end + offset)
+    pids = cat(rows.spans, "pid", np.int64)
+    spans = {
+        "span_id": cat(rows.spans, "span_id", np.int64),
+        "parent_id": np.zeros(len(start), dtype=np.int64),
+        "name": cat(rows.spans, "name", object),
+        "start": start,
+        "end": end,
+        "pid": pids,
+        "tid": cat(rows.spans, "tid", np.int64),
+        "lane": cat(rows.spans, "lane", object),
+        "role": np.full(len(start), "", dtype=object),
+        "trace_id": np.full(len(start), None, dtype=object),
+    }
+    syncs = {
+        k: cat(rows.syncs, k, object if k in ("op", "obj", "lane") else np.int64)
+        for k in ("op", "obj", "seq", "time", "pid", "tid", "lane", "span_id")
+    }
+    syncs["time"] = syncs["time"] + offset
+    attrs = tuple(
+        np.concatenate([np.asarray(a[i], dtype=object if i else np.int64) for a in rows.attrs])
+        if rows.attrs
+        else np.zeros(0, dtype=object if i else np.int64)
+        for i in range(3)
+    )
+    processes = {
+        "pid": list(procs),
+        "role": [""] * len(procs),
+        "name": list(procs.values()),
+        "anchored": [anchored] * len(procs),
+    }
+    assemble(trace, spans, attrs, syncs, processes)
+    unended = int((end == -1).sum())
+    if unended:
+        trace.warn(f"{unended} range(s) never ended (end = -1)")

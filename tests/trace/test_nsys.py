@@ -1,0 +1,206 @@
+import sqlite3
+
+import pytest
+from conftest import DATA
+
+from fdprof.errors import FdprofError
+from fdprof.trace import load
+
+PUSHPOP, STARTEND, MARK, DOMAIN, CATEGORY = 59, 60, 34, 75, 33
+EPOCH = 1_700_000_000_000_000_000
+
+
+def gtid(pid, tid):
+    return (1 << 48) | (pid << 24) | tid
+
+
+def build_export(path, events, *, enum=True, meta_table="META_DATA_EXPORT", strings=None):
+    """An export with the documented tables (no indexes, like nsys writes them)."""
+    db = sqlite3.connect(path)
+    db.execute(
+        "CREATE TABLE NVTX_EVENTS (start INTEGER NOT NULL, end INTEGER, eventType INTEGER NOT "
+        "NULL, rangeId INTEGER, category INTEGER, color INTEGER, text TEXT, globalTid INTEGER, "
+        "endGlobalTid INTEGER, textId INTEGER, domainId INTEGER, uint64Value INTEGER, "
+        "int64Value INTEGER, doubleValue REAL, uint32Value INTEGER, int32Value INTEGER, "
+        "floatValue REAL, jsonTextId INTEGER, jsonText TEXT)"
+    )
+    db.execute("CREATE TABLE StringIds (id INTEGER PRIMARY KEY, value TEXT NOT NULL)")
+    db.execute("CREATE TABLE ThreadNames (nameId INTEGER, priority INTEGER, globalTid INTEGER)")
+    db.execute("CREATE TABLE TARGET_INFO_SESSION_START_TIME (utcEpochNs INTEGER, utcTime TEXT)")
+    db.execute("INSERT INTO TARGET_INFO_SESSION_START_TIME VALUES (?, 'x')", (EPOCH,))
+    db.execute(f"CREATE TABLE {meta_table} (name TEXT, value TEXT)")
+    db.execute(f"INSERT INTO {meta_table} VALUES ('EXPORT_SCHEMA_VERSION', '3.0.0')")
+    if enum:
+        db.execute("CREATE TABLE ENUM_NSYS_EVENT_TYPE (id INTEGER, name TEXT, label TEXT)")
+        for name, eid in [
+            ("NvtxPushPopRange", PUSHPOP),
+            ("NvtxStartEndRange", STARTEND),
+            ("NvtxMark", MARK),
+            ("NvtxDomainCreate", DOMAIN),
+            ("NvtxCategory", CATEGORY),
+        ]:
+            db.execute("INSERT INTO ENUM_NSYS_EVENT_TYPE VALUES (?, ?, ?)", (eid, name, name))
+    for sid, value in (strings or {}).items():
+        db.execute("INSERT INTO StringIds VALUES (?, ?)", (sid, value))
+    db.execute("INSERT INTO StringIds VALUES (999, 'sched')")
+    db.execute("INSERT INTO ThreadNames VALUES (999, 0, ?)", (gtid(10, 11),))
+    for ev in events:
+        cols = ", ".join(ev)
+        db.execute(
+            f"INSERT INTO NVTX_EVENTS ({cols}) VALUES ({', '.join('?' * len(ev))})",
+            tuple(ev.values()),
+        )
+    db.commit()
+    db.close()
+    return path
+
+
+def test_real_exports_of_two_schema_versions():
+    new = load(DATA / "nsys" / "NVIDIA__Fuser__report1.sqlite")
+    assert new.meta["nsys"]["EXPORT_SCHEMA_VERSION"] == "3.17.1"
+    nvtx = new.spans[~new.spans["lane"].str.startswith("cuda:")]
+    assert len(nvtx) == 13513
+    assert len(nvtx["tid"].unique()) == 9
+    device = new.spans[new.spans["lane"].str.startswith("cuda:")]
+    assert len(device) == 18 + 3 + 3  # kernels, memcpys, memsets
+    launches = new.syncs[new.syncs["obj"] == "cuda:launch"]
+    rel = launches[launches["op"] == "release"].set_index("seq")["time"]
+    acq = launches[launches["op"] == "acquire"].set_index("seq")["time"]
+    assert len(acq) == len(device) and set(acq.index) <= set(rel.index)
+    assert (acq > rel.reindex(acq.index)).all()
+    assert new.spans["start"].min() > 1_741_000_000 * 10**9  # on the epoch
+
+    old = load(DATA / "nsys" / "YoonKyonghwan__EfficientCenterFormer__baseline.sqlite")
+    assert len(old.spans) == 649
+    assert old.spans["name"].str.len().gt(0).all()  # names only through textId
+    assert "find_centers" in set(old.spans["name"])
+
+
+@pytest.mark.parametrize("enum", [True, False])
+def test_built_export_every_event_kind(tmp_path, enum):
+    t = gtid(10, 11)
+    events = [
+        {"start": -5, "eventType": DOMAIN, "domainId": 3, "text": "fdprof", "globalTid": t},
+        {"start": 0, "eventType": CATEGORY, "category": 4, "text": "swap", "globalTid": t},
+        {
+            "start": 100,
+            "end": 200,
+            "eventType": PUSHPOP,
+            "text": "step",
+            "globalTid": t,
+            "domainId": 3,
+            "int64Value": 77,
+        },
+        {
+            "start": 120,
+            "end": 150,
+            "eventType": PUSHPOP,
+            "textId": 5,
+            "globalTid": t,
+            "category": 4,
+        },
+        {
+            "start": 130,
+            "end": 400,
+            "eventType": STARTEND,
+            "text": "swap",
+            "globalTid": gtid(12, 12),
+            "endGlobalTid": gtid(12, 13),
+        },
+        {"start": 160, "end": None, "eventType": STARTEND, "text": "open", "globalTid": t},
+        {"start": 170, "eventType": MARK, "text": "here", "globalTid": t},
+    ]
+    path = build_export(
+        tmp_path / "r.sqlite",
+        events,
+        enum=enum,
+        meta_table="META_DATA_EXPORT" if enum else "EXPORT_META_DATA",
+        strings={5: "schedule"},
+    )
+    trace = load(path)
+    spans = trace.spans.set_index("name")
+    assert sorted(spans.index) == ["here", "open", "schedule", "step", "swap"]
+    assert spans.loc["step", "start"] == EPOCH + 100 and spans.loc["step", "end"] == EPOCH + 200
+    assert (spans.loc["step", "pid"], spans.loc["step", "tid"]) == (10, 11)
+    assert spans.loc["swap", "pid"] == 12
+    assert spans.loc["open", "end"] == -1
+    assert spans.loc["here", "start"] == spans.loc["here", "end"]
+    attrs = trace.attrs.merge(trace.spans[["span_id", "name"]], on="span_id")
+    got = {(n, k): v for n, k, v in attrs[["name", "key", "value"]].itertuples(index=False)}
+    assert got[("step", "nvtx.domain")] == '"fdprof"'
+    assert got[("step", "nvtx.payload")] == "77"
+    assert got[("schedule", "nvtx.category")] == '"swap"'
+    assert trace.meta["thread_names"]["10/11"] == "sched"
+    assert any("never ended" in w for w in trace.meta["warnings"])
+
+
+def test_join_to_native_run(engine_run, tmp_path):
+    native = load(engine_run)
+    shift = 12_345
+    events = []
+    swaps = native.spans[native.spans["name"].isin(["swap", "execute_model"])]
+    for sid, start, end, pid, tid in swaps[["span_id", "start", "end", "pid", "tid"]].itertuples(
+        index=False
+    ):
+        events.append(
+            {
+                "start": start - EPOCH + shift,
+                "end": end - EPOCH + shift,
+                "eventType": PUSHPOP,
+                "text": "range",
+                "globalTid": gtid(pid, tid),
+                "int64Value": sid,
+            }
+        )
+    events.append(
+        {"start": 1, "end": 2, "eventType": PUSHPOP, "text": "foreign", "globalTid": gtid(1, 1)}
+    )
+    path = build_export(tmp_path / "p.sqlite", events)
+    joined = load(path, join=engine_run)
+    assert joined.meta["format"] == "nsys+native"
+    assert joined.meta["clock_offset_ns"] == shift
+    spans = joined.spans.set_index("span_id")
+    for sid, name in swaps[["span_id", "name"]].itertuples(index=False):
+        assert spans.loc[sid, "name"] == name  # the native name, not the NVTX text
+    assert set(joined.accesses["span_id"]) == set(native.accesses["span_id"])
+    assert len(joined.spans) == len(native.spans) + 1
+    assert len(joined.syncs) == len(native.syncs)
+    assert (
+        joined.syncs["time"].sort_values().to_numpy()
+        == (native.syncs["time"] + shift).sort_values().to_numpy()
+    ).all()
+    assert any("joined 6 of 6 NVTX ranges" in w for w in joined.meta["warnings"])
+
+
+def test_join_errors(engine_run, tmp_path):
+    path = build_export(
+        tmp_path / "p.sqlite",
+        [
+            {
+                "start": 1,
+                "end": 2,
+                "eventType": PUSHPOP,
+                "text": "x",
+                "globalTid": 1,
+                "int64Value": 5,
+            }
+        ],
+    )
+    with pytest.raises(FdprofError, match="no NVTX range carries a span id"):
+        load(path, join=engine_run)
+    with pytest.raises(FdprofError, match="--join applies"):
+        load(engine_run, join=engine_run)
+
+
+def test_sqlite_that_is_not_an_export(tmp_path):
+    path = tmp_path / "other.sqlite"
+    db = sqlite3.connect(path)
+    db.execute("CREATE TABLE t (x)")
+    db.commit()
+    db.close()
+    with pytest.raises(FdprofError, match="not an Nsight Systems export"):
+        load(path)
+    broken = tmp_path / "broken.sqlite"
+    broken.write_bytes(b"SQLite format 3\x00" + b"\xff" * 200)
+    with pytest.raises(FdprofError, match="SQLite"):
+        load(broken)
