@@ -76,3 +76,15 @@ def test_dp_runs_independent_groups(tmp_path):
     ]
     assert len(seqs) == len(set(seqs)) == results["steps"]
     assert any(s >= SEQ_STRIDE for s in seqs)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kv_lock", ["ipc", "none"])
+def test_cuda_device_pool(tmp_path, kv_lock):
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device on this machine")
+    results, _ = run(tmp_path, kv_lock=kv_lock, device="cuda")
+    assert results["device"] == "cuda"
+    assert results["swaps"]["to_cpu"] > 0 and results["swaps"]["to_gpu"] > 0
+    assert results["integrity"]["mismatches"] == 0 and results["integrity"]["nan"] == 0
