@@ -16,6 +16,7 @@ from pathlib import Path
 from fdprof.errors import FdprofError
 from fdprof.trace import chrome, native, native_writer, nsys, nvtx_capture, otlp, perfetto
 from fdprof.trace.join import join as join_run
+from fdprof.trace.merge import merge
 from fdprof.trace.model import Trace
 
 Sniff = Callable[[Path, bytes], bool]
@@ -44,7 +45,7 @@ WRITERS: dict[str, Write] = {
     "otlp-json": otlp.write,
 }
 
-__all__ = ["READERS", "WRITERS", "Trace", "head", "load", "output_format", "save"]
+__all__ = ["READERS", "WRITERS", "Trace", "head", "load", "merge", "output_format", "save"]
 
 
 def head(path: Path, size: int = HEAD_BYTES) -> bytes:
