@@ -64,6 +64,7 @@ class Scheduler:
 
     def run(self) -> None:
         p = probe.get()
+        p.name_thread("scheduler")
         waiting: deque[Request] = deque()
         for spec in self._specs:
             trace_id = trace_id_for(self.cfg.seed, spec.request_id)

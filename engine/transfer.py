@@ -89,6 +89,7 @@ def serve(ctx: ProcessContext) -> dict:
     transfer = Transfer(ctx, device, pool)
     signal = SwapSignal(ctx.paths.signal(ctx.rank))
     p = probe.get()
+    p.name_thread("transfer")
     ctx.report("ready", "transfer")
     while (task := recv(ctx.swap_q, control)) is not None:
         p.acquire(I.QUEUE_SWAP, task.task_id)

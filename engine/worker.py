@@ -82,6 +82,7 @@ def serve(ctx: ProcessContext) -> dict:
     lock = KvLock(ctx.paths.lock, "worker") if ctx.cfg.kv_lock == "ipc" else None
     control = ctx.control
     p = probe.get()
+    p.name_thread("worker")
     ctx.report("ready", "worker", {"device": device})
     while (batch := recv(ctx.batch_q, control)) is not None:
         p.acquire(I.QUEUE_BATCH, batch.seq)
