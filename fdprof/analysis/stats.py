@@ -14,14 +14,20 @@ import numpy as np
 
 from fdprof.errors import FdprofError
 
-#: statistic over resamples: (n_boot, n[, 2]) array -> (n_boot,)
-Statistic = Callable[[np.ndarray], np.ndarray]
+#: statistic of a sample under resampling: (sample, (n_boot, n) row indices) -> (n_boot,)
+Statistic = Callable[[np.ndarray, np.ndarray], np.ndarray]
+
+
+def _rate(a: np.ndarray, idx: np.ndarray) -> np.ndarray:
+    """Rows are (amount, time): total amount per total time, e.g. tokens per second."""
+    num, den = np.ascontiguousarray(a[:, 0]), np.ascontiguousarray(a[:, 1])
+    return num[idx].sum(axis=1) / den[idx].sum(axis=1)
+
 
 STATISTICS: dict[str, Statistic] = {
-    "median": lambda a: np.median(a, axis=1),
-    "mean": lambda a: np.mean(a, axis=1),
-    # rows are (amount, time) pairs: total amount per total time, e.g. tokens per second
-    "rate": lambda a: a[..., 0].sum(axis=1) / a[..., 1].sum(axis=1),
+    "median": lambda a, idx: np.median(a[idx], axis=1),
+    "mean": lambda a, idx: a[idx].mean(axis=1),
+    "rate": _rate,
 }
 
 
@@ -71,13 +77,13 @@ def ratio_ci(
     ``statistic="rate"``."""
     stat = _statistic(statistic, confidence)
     b, n = _sample(base), _sample(new)
-    denom = float(stat(b[None])[0])
+    denom = _whole(stat, b)
     if denom == 0:
         raise FdprofError(f"the base {statistic} is 0: no ratio")
     rng = np.random.default_rng(seed)
     with np.errstate(divide="ignore", invalid="ignore"):
         ratios = _resample(n, stat, n_boot, rng) / _resample(b, stat, n_boot, rng)
-    return _interval(float(stat(n[None])[0]) / denom, ratios, confidence, statistic, n_boot, seed)
+    return _interval(_whole(stat, n) / denom, ratios, confidence, statistic, n_boot, seed)
 
 
 def paired_ratio_ci(
@@ -92,7 +98,7 @@ def paired_ratio_ci(
     rng = np.random.default_rng(seed)
     with np.errstate(divide="ignore", invalid="ignore"):
         ratios = _resample(rows, stat, n_boot, rng)
-    return _interval(float(stat(rows[None])[0]), ratios, confidence, "rate", n_boot, seed)
+    return _interval(_whole(stat, rows), ratios, confidence, "rate", n_boot, seed)
 
 
 def _statistic(name: str, confidence: float) -> Statistic:
@@ -101,6 +107,11 @@ def _statistic(name: str, confidence: float) -> Statistic:
     if not 0 < confidence < 1:
         raise FdprofError(f"confidence must be between 0 and 1, got {confidence}")
     return STATISTICS[name]
+
+
+def _whole(stat: Statistic, a: np.ndarray) -> float:
+    """The statistic of the sample itself."""
+    return float(stat(a, np.arange(len(a))[None])[0])
 
 
 def _sample(values: Any) -> np.ndarray:
@@ -116,7 +127,7 @@ def _resample(a: np.ndarray, stat: Statistic, n_boot: int, rng: np.random.Genera
     chunk = max(1, 4_000_000 // len(a))
     for i in range(0, n_boot, chunk):
         k = min(chunk, n_boot - i)
-        out[i : i + k] = stat(a[rng.integers(0, len(a), (k, len(a)))])
+        out[i : i + k] = stat(a, rng.integers(0, len(a), (k, len(a))))
     return out
 
 
