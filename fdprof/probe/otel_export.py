@@ -64,6 +64,42 @@ def _env_int(name: str, default: int) -> int:
         raise FdprofError(f"{name}={raw!r} is not an integer") from None
 
 
+class _FirstOfEach(logging.Filter):
+    """Lets through the first record of each message template: a collector that is down
+    makes the OTLP exporters log on every retry of every batch."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._seen: set[tuple[str, object]] = set()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        key = (record.name, record.msg)
+        if key in self._seen:
+            return False
+        self._seen.add(key)
+        return True
+
+
+class _QuietExporterLogs:
+    """While installed, the OTLP exporters' log lines reach stderr once per kind."""
+
+    LOGGER = "opentelemetry.exporter"
+
+    def __init__(self) -> None:
+        self._logger = logging.getLogger(self.LOGGER)
+        self._handler = logging.StreamHandler()
+        self._handler.addFilter(_FirstOfEach())
+        self._propagate = self._logger.propagate
+
+    def install(self) -> None:
+        self._logger.addHandler(self._handler)
+        self._logger.propagate = False
+
+    def remove(self) -> None:
+        self._logger.removeHandler(self._handler)
+        self._logger.propagate = self._propagate
+
+
 class RunObserver(Protocol):
     def start(self, run_dir: Path, processes: list[dict]) -> None: ...
     def stop(self) -> None: ...
@@ -169,6 +205,7 @@ class OtelExportObserver:
         self._thread: threading.Thread | None = None
         self._drops_counted = 0
         self._drop_owner: _Process | None = None
+        self._quiet = _QuietExporterLogs()
         self._scrape_wait_s = _env_int(ENV_SCRAPE_WAIT, 3000) / 1000
         self.stats: dict[str, int] = {}
 
@@ -176,6 +213,7 @@ class OtelExportObserver:
 
     def start(self, run_dir: Path, processes: list[dict]) -> None:
         self._run_dir = Path(run_dir)
+        self._quiet.install()
         if self._span_exporter is not None:
             self._queue = SpanQueue(self._span_exporter, self._queue_size, self._batch)
         if self._prom_port is not None:
@@ -221,6 +259,7 @@ class OtelExportObserver:
             "spans_exported": self._queue.exported if self._queue is not None else 0,
             "spans_dropped": dropped,
         }
+        self._quiet.remove()
         if self._run_dir is not None:
             (self._run_dir / STATS_FILE).write_text(json.dumps(self.stats) + "\n")
         if dropped:

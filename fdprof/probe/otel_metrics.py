@@ -102,7 +102,9 @@ class OtelMetrics:
         reader = PeriodicExportingMetricReader(
             exporter, export_interval_millis=interval_s * 1000, export_timeout_millis=5000
         )
-        self.provider = MeterProvider(metric_readers=[reader], resource=resource, views=_views())
+        self.provider = MeterProvider(
+            metric_readers=[reader], resource=resource, views=_views(), shutdown_on_exit=False
+        )
         meter = self.provider.get_meter("fdprof.probe")
         self._instruments = {}
         for m in M.ALL:
