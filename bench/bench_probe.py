@@ -148,6 +148,7 @@ def main() -> None:
     parser.add_argument("--micro")
     parser.add_argument("--dir")
     parser.add_argument("--quick", action="store_true", help="fewer engine runs")
+    parser.add_argument("--skip-engine", action="store_true", help="only the ns-per-span table")
     args = parser.parse_args()
     if args.micro:
         print(micro(args.micro, args.dir))
@@ -176,6 +177,8 @@ def main() -> None:
     for label, ns in results.items():
         vs = f"x{ns / base:6.2f} of recorder C   OTel SDK / this {otel / ns:6.1f}"
         print(f"{label:40s} {ns:9.0f} ns   {vs}")
+    if args.skip_engine:
+        return
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), _Sink)
     threading.Thread(target=server.serve_forever, daemon=True).start()

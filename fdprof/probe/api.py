@@ -73,6 +73,11 @@ class Probe:
         if recorder is not None and nvtx_sink is None:
             for method in _RECORDER_METHODS:
                 setattr(self, method, getattr(recorder, method))
+        elif recorder is None and nvtx_sink is None:  # no sink: calls that do nothing, fast
+            self.span = _null_span
+            for method in ("end", "set_int", "set_float", "set_str", "set_ints"):
+                setattr(self, method, _ignore)
+            self.release = self.acquire = _ignore
 
     @property
     def enabled(self) -> bool:
@@ -164,6 +169,29 @@ _RECORDER_METHODS = (
     "release",
     "acquire",
 )
+
+
+class _NullSpan:
+    """The span of a probe with no sink: id 0, nothing recorded."""
+
+    __slots__ = ()
+
+    def __enter__(self) -> int:
+        return 0
+
+    def __exit__(self, *exc) -> bool:
+        return False
+
+
+_NULL_SPAN = _NullSpan()
+
+
+def _null_span(span_name: Name, parent: int = 0) -> _NullSpan:
+    return _NULL_SPAN
+
+
+def _ignore(*args) -> None:
+    """Stands in for end/set_*/release/acquire when no sink is on."""
 
 
 class _Span:
