@@ -259,18 +259,20 @@ class _LaneClocks:
         order = np.lexsort((np.arange(n), time, lane))
         bounds = np.searchsorted(lane[order], np.arange(k + 1))
         lane_rows = [order[bounds[i] : bounds[i + 1]] for i in range(k)]
-        vc = np.zeros((n, k), dtype=np.int64)
-        self._propagate(lane_rows, is_rel, src.copy(), vc, syncs, gaps)
+        vc = self._propagate([r.tolist() for r in lane_rows], is_rel.tolist(), src.tolist(),
+                             syncs, gaps)  # fmt: skip
         self.times = [time[r] for r in lane_rows]
         self.vc = [vc[r] for r in lane_rows]
         self.release_times = [time[r][is_rel[r]] for r in lane_rows]
 
     @staticmethod
-    def _propagate(lane_rows, is_rel, src, vc, syncs, gaps) -> None:
+    def _propagate(lane_rows, is_rel, src, syncs, gaps) -> np.ndarray:
+        """The clock of every sync event (rows of an (n, lanes) array). Plain Python ints
+        and tuples: with a handful of lanes they beat numpy's per-call overhead."""
         k = len(lane_rows)
         pos = [0] * k
-        cur = [np.zeros(k, dtype=np.int64) for _ in range(k)]
-        done = np.zeros(len(src), dtype=bool)
+        cur = [[0] * k for _ in range(k)]
+        vc: list[tuple[int, ...] | None] = [None] * len(src)
         waiting: dict[int, list[int]] = {}
         runnable = deque(range(k))
         left = sum(len(r) for r in lane_rows)
@@ -279,46 +281,46 @@ class _LaneClocks:
                 lane = runnable.popleft()
                 rows, p, clock = lane_rows[lane], pos[lane], cur[lane]
                 while p < len(rows):
-                    row = int(rows[p])
+                    row = rows[p]
                     if is_rel[row]:
                         clock[lane] += 1
                     else:
-                        s = int(src[row])
+                        s = src[row]
                         if s >= 0:
-                            if not done[s]:
+                            other = vc[s]
+                            if other is None:
                                 waiting.setdefault(s, []).append(lane)
                                 break
-                            np.maximum(clock, vc[s], out=clock)
-                    vc[row] = clock
-                    done[row] = True
+                            clock[:] = map(max, clock, other)
+                    vc[row] = tuple(clock)
                     left -= 1
                     p += 1
-                    woken = waiting.pop(row, None)
-                    if woken:
-                        runnable.extend(woken)
+                    if row in waiting:
+                        runnable.extend(waiting.pop(row))
                 pos[lane] = p
             if left:
                 # Every unfinished lane waits on a release that waits on it: a cycle of edges
                 # the trace cannot have meant. Drop the earliest blocked edge and go on.
                 blocked = [
-                    (int(lane_rows[i][pos[i]]), i) for i in range(k) if pos[i] < len(lane_rows[i])
+                    (lane_rows[i][pos[i]], i) for i in range(k) if pos[i] < len(lane_rows[i])
                 ]
                 row, lane = min(blocked, key=lambda b: (syncs["time"].iat[b[0]], b[0]))
-                waiting[int(src[row])].remove(lane)
+                waiting[src[row]].remove(lane)
                 src[row] = -1
-                s = syncs.iloc[row]
+                e = syncs.iloc[row]
                 gaps.append(
                     _gap(
                         "cycle",
-                        str(s["lane"]),
-                        str(s["obj"]),
-                        int(s["seq"]),
-                        int(s["time"]),
+                        str(e["lane"]),
+                        str(e["obj"]),
+                        int(e["seq"]),
+                        int(e["time"]),
                         0,
                         "acquire waits on a release that waits on it",
                     )
                 )
                 runnable.append(lane)
+        return np.array(vc, dtype=np.int64).reshape(len(src), k)
 
     def all_times(self) -> np.ndarray:
         return np.concatenate(self.times) if self.times else np.empty(0, np.int64)
