@@ -167,6 +167,11 @@ def thread_lanes(pids: np.ndarray, tids: np.ndarray) -> np.ndarray:
     tids = np.asarray(tids, dtype=np.int64)
     if not len(pids):
         return np.zeros(0, dtype=object)
-    pairs, inverse = np.unique(np.stack([pids, tids], axis=1), axis=0, return_inverse=True)
-    texts = np.array([f"{p}/{t}" for p, t in pairs.tolist()], dtype=object)
-    return texts[inverse.reshape(-1)]
+    pid_codes, pid_values = pd.factorize(pids)
+    tid_codes, tid_values = pd.factorize(tids)
+    pairs, inverse = np.unique(pid_codes * len(tid_values) + tid_codes, return_inverse=True)
+    texts = np.array(
+        [f"{pid_values[k // len(tid_values)]}/{tid_values[k % len(tid_values)]}" for k in pairs],
+        dtype=object,
+    )
+    return texts[inverse]

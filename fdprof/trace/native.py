@@ -105,7 +105,8 @@ class _File:
         lookup = np.empty(max(self.strings, default=0) + 1, dtype=object)
         for sid, text in self.strings.items():
             lookup[sid] = text
-        if len(ids) and (ids.max() >= len(lookup) or any(v is None for v in lookup[ids])):
+        used = np.unique(ids)
+        if len(used) and (used[-1] >= len(lookup) or np.equal(lookup[used], None).any()):
             raise FdprofError(f"record file of pid {self.pid}: {what} refers to an unknown string")
         return lookup[ids]
 
@@ -366,7 +367,7 @@ def _contexts(
 
 def _inherit(span_id: np.ndarray, parent_id: np.ndarray, trace_id: np.ndarray) -> np.ndarray:
     """Children without their own trace id take their parent's, down the tree."""
-    if not any(t is not None for t in trace_id):
+    if np.equal(trace_id, None).all():
         return trace_id
     index = pd.Index(span_id)
     parent_pos = index.get_indexer(parent_id)
