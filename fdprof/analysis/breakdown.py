@@ -56,12 +56,12 @@ def steps(trace: Trace, step_name: str | None = None) -> pd.DataFrame:
             "--step-name (e.g. ProfilerStep#)"
         )
     out = out.sort_values(["start", "end"], kind="stable").reset_index(drop=True)
-    known = out["step"] >= 0
-    if not known.all():
-        out["step"] = np.arange(len(out), dtype=np.int64)
+    if not (out["step"] >= 0).any():
+        out["step"] = np.arange(len(out), dtype=np.int64)  # user-named ranges: ordinals
+        out["tokens"] = np.nan
+    else:
+        out["tokens"] = out["step"].map(tokens_by_step(trace)).astype(float)
     out["duration"] = out["end"] - out["start"]
-    tokens = tokens_by_step(trace)
-    out["tokens"] = out["step"].map(tokens) if known.all() else np.nan
     return out[["step", "start", "end", "duration", "tokens"]]
 
 

@@ -111,3 +111,13 @@ def test_seeded_faults_are_races_in_every_synthetic_run():
             faulty = engine_trace(30, mode=mode, seed=seed, fault="no-wait-swap-in")
             assert find_hazards(faulty).counts["races"] == 3
     assert np.isfinite(ideal_gain(engine_trace(30, mode="baseline")).ratio.hi)
+
+
+def test_tokens_count_even_when_some_steps_lack_an_id():
+    b = TraceBuilder()
+    b.span("1/1", "step", 0, 100, step=0)
+    b.span("3/1", "execute_model", 10, 90, step=0, attrs={"batch.tokens": 8})
+    b.span("1/1", "step", 100, 200)  # an idle step the engine did not number
+    st = steps(b.build())
+    assert st["step"].tolist() == [0, -1] and st["tokens"].fillna(0).tolist() == [8, 0]
+    assert diff_traces(b.build(), b.build()).throughput_unit == "tokens/s"
