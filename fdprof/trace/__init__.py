@@ -9,6 +9,8 @@ content, not by file name. Adding a reader is one line in :data:`READERS`.
 from __future__ import annotations
 
 import gzip
+import sqlite3
+import struct
 import zlib
 from collections.abc import Callable
 from pathlib import Path
@@ -71,6 +73,28 @@ def head(path: Path, size: int = HEAD_BYTES) -> bytes:
         raise FdprofError(f"{path}: cannot read ({exc})") from None
 
 
+#: what a reader may raise on malformed bytes it did not anticipate: still one line, exit 2
+_MALFORMED = (
+    sqlite3.DatabaseError,
+    UnicodeDecodeError,
+    struct.error,
+    ValueError,
+    OverflowError,
+    EOFError,
+    zlib.error,
+    OSError,
+)
+
+
+def _read(read: Read, path: Path) -> Trace:
+    try:
+        return read(path)
+    except _MALFORMED as exc:
+        what = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        kind = read.__module__.rsplit(".", 1)[-1]
+        raise FdprofError(f"{path}: malformed input for the {kind} reader ({what})") from None
+
+
 def load(path: str | Path, join: str | Path | None = None) -> Trace:
     """Read the trace at ``path`` with the reader its content calls for, validated.
 
@@ -83,7 +107,7 @@ def load(path: str | Path, join: str | Path | None = None) -> Trace:
     first = head(path)
     for sniff, read in READERS:
         if sniff(path, first):
-            trace = read(path)
+            trace = _read(read, path)
             break
     else:
         raise FdprofError(
