@@ -133,5 +133,6 @@ def _resample(a: np.ndarray, stat: Statistic, n_boot: int, rng: np.random.Genera
 
 def _interval(ratio, ratios, confidence, statistic, n_boot, seed) -> RatioCI:
     tail = (1 - confidence) / 2 * 100
-    lo, hi = np.nanpercentile(ratios, [tail, 100 - tail])
+    finite = ratios[np.isfinite(ratios)]  # a resample with a zero denominator has no ratio
+    lo, hi = np.percentile(finite, [tail, 100 - tail]) if len(finite) else (np.nan, np.nan)
     return RatioCI(ratio, float(lo), float(hi), confidence, statistic, n_boot, seed)
