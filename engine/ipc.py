@@ -91,15 +91,20 @@ class Control:
     """Run-wide flags in shared memory: slot 0 asks everyone to stop; slot 1 + r counts the
     requests DP rank r has finished (the supervisor's progress bar reads it)."""
 
-    def __init__(self, path: Path, dp: int, create: bool = False) -> None:
+    def __init__(
+        self, path: Path, dp: int, create: bool = False, supervisor: int | None = None
+    ) -> None:
         self._a = shm_array(path, 1 + dp, create)
+        self._supervisor = supervisor
 
     def stop(self) -> None:
         self._a[0] = 1
 
     @property
     def stopping(self) -> bool:
-        return bool(self._a[0])
+        """Asked to stop, or orphaned: a supervisor killed outright cannot ask."""
+        orphaned = self._supervisor is not None and os.getppid() != self._supervisor
+        return bool(self._a[0]) or orphaned
 
     def add_finished(self, rank: int, n: int) -> None:
         self._a[1 + rank] += n

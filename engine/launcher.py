@@ -81,6 +81,7 @@ class _Group:
                     mp.Queue(),
                     self.report_q,
                     self.go,
+                    os.getpid(),
                 )
                 self.contexts.append(ctx)
                 for role in ("engine", "transfer", "worker"):

@@ -32,10 +32,12 @@ class ProcessContext:
     setup_q: Any
     report_q: Any
     go: Any
+    supervisor_pid: int
 
     @property
     def control(self) -> Control:
-        return Control(self.paths.control, self.cfg.dp)
+        """The run's control block, as seen by a child of the supervisor."""
+        return Control(self.paths.control, self.cfg.dp, supervisor=self.supervisor_pid)
 
     def report(self, kind: str, role: str, payload: Any = None) -> None:
         self.report_q.put((kind, role, self.rank, os.getpid(), payload))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from engine.cache_manager import CacheManager
+from engine.ipc import Stopped
 from engine.process import ProcessContext
 from engine.scheduler import Scheduler
 from engine.workloads import make_requests
@@ -21,7 +22,9 @@ def serve(ctx: ProcessContext) -> dict:
         control,
     )
     ctx.report("ready", "engine")
-    ctx.go.wait()
+    while not ctx.go.wait(0.1):
+        if control.stopping:
+            raise Stopped
     cache.start()
     try:
         sched.run()

@@ -31,7 +31,7 @@ class KillAfterStart:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("role", ["worker", "transfer"])
+@pytest.mark.parametrize("role", ["worker"])
 def test_killed_process_is_named_and_run_stops(tmp_path, role):
     killer = KillAfterStart(role)
     t0 = time.monotonic()
@@ -81,3 +81,32 @@ def test_ctrl_c_interrupts_cleanly(tmp_path):
     m = json.loads((tmp_path / "run" / "run.json").read_text())
     assert m["status"] == "interrupted"
     assert list(SHM.glob(f"fdprof-{proc.pid}-*")) == []
+
+
+@pytest.mark.slow
+def test_children_exit_when_the_supervisor_is_killed(tmp_path):
+    out = tmp_path / "run"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "fdprof", "run", "--out", str(out), "--requests", "400"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and len(list(out.glob("*.rec"))) < 3:
+        time.sleep(0.1)
+    pids = [p["pid"] for p in json.loads((out / "run.json").read_text())["processes"]]
+    proc.kill()
+    proc.wait()
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and any(_running(p) for p in pids):
+        time.sleep(0.1)
+    assert not [p for p in pids if _running(p)]
+
+
+def _running(pid: int) -> bool:
+    """Alive and not a zombie (an orphan's zombie lingers until init reaps it)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
