@@ -424,15 +424,13 @@ def _candidate_pairs(acc: dict, clocks: _LaneClocks, rank: _Ranker, k: int):
     lane, key, write = acc["lane"], acc["key"], acc["write"]
     start_r, end_r = rank(acc["start"]), rank(acc["end"])
     epoch = np.zeros(acc["n"], dtype=np.int64)
-    entry = np.zeros((acc["n"], k), dtype=np.int64)
+    at = np.full(acc["n"], -1, dtype=np.int64)  # last sync on its lane at or before its start
     for li in range(k):
         on = lane == li
         if not on.any():
             continue
         epoch[on] = np.searchsorted(clocks.release_times[li], acc["end"][on], "left") + 1
-        at = np.searchsorted(clocks.times[li], acc["start"][on], "right") - 1
-        if len(clocks.times[li]):
-            entry[on] = np.where((at >= 0)[:, None], clocks.vc[li][np.maximum(at, 0)], 0)
+        at[on] = np.searchsorted(clocks.times[li], acc["start"][on], "right") - 1
     index = {
         li: _LaneIndex(np.flatnonzero(lane == li), key, start_r, end_r, write, rank.base)
         for li in range(k)
@@ -454,7 +452,9 @@ def _candidate_pairs(acc: dict, clocks: _LaneClocks, rank: _Ranker, k: int):
                 rank(t2[np.minimum(ia, max(len(t2) - 1, 0))]) if len(t2) else rank.inf,
                 rank.inf,
             )
-            kk = entry[xs, l2]
+            # entry(X)[l2]: the clock of X's lane at X's start, l2's entry
+            vc1 = clocks.vc[l1]
+            kk = np.where(at[xs] >= 0, vc1[np.maximum(at[xs], 0), l2] if len(vc1) else 0, 0)
             rt = clocks.release_times[l2]
             tb = np.where(kk > 0, rank(rt[np.maximum(kk - 1, 0)]) if len(rt) else -1, -1)
             racy.append(i2.query(xs, key, write, ta, tb, acc))
