@@ -6,7 +6,8 @@ from __future__ import annotations
 import random
 
 from fdprof.trace.model import Trace
-from tests.analysis.builder import TraceBuilder
+
+from .builder import TraceBuilder
 
 SEQ_OBJS = ("queue:a", "signal:b")
 SEQLESS_OBJS = ("lock:kv", "mutex:m")

@@ -4,7 +4,8 @@ exchange with each seeded fault. Times are ns; lanes are ``pid/tid`` of the engi
 from __future__ import annotations
 
 from fdprof.trace.model import Trace
-from tests.analysis.builder import TraceBuilder
+
+from .builder import TraceBuilder
 
 ENGINE, CACHE_MANAGER, TRANSFER, WORKER = "100/1", "100/2", "200/1", "300/1"
 

@@ -10,7 +10,8 @@ from fdprof.analysis.diff import diff_traces, swap_overlap
 from fdprof.analysis.hazards import find_hazards
 from fdprof.analysis.synthetic import engine_trace
 from fdprof.errors import FdprofError
-from tests.analysis.builder import TraceBuilder
+
+from .builder import TraceBuilder
 
 
 @pytest.fixture(scope="module")

@@ -5,8 +5,8 @@ FDPROF_PROPERTY_EXAMPLES for a thorough run)."""
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from tests.analysis.oracle import EXAMPLES, agrees
-from tests.analysis.randomtrace import random_trace
+from .oracle import EXAMPLES, agrees
+from .randomtrace import random_trace
 
 
 @settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck))

@@ -5,8 +5,9 @@ import pytest
 
 from fdprof.analysis.hazards import find_hazards
 from fdprof.analysis.whatif import what_if_drop_lock
-from tests.analysis.builder import TraceBuilder
-from tests.analysis.scenarios import ENGINE, TRANSFER, WORKER, swap_in_then_execute
+
+from .builder import TraceBuilder
+from .scenarios import ENGINE, TRANSFER, WORKER, swap_in_then_execute
 
 A, B = "1/1", "2/1"
 

@@ -8,7 +8,8 @@ from fdprof.analysis.synthetic import engine_trace
 from fdprof.analysis.whatif import what_if_drop_lock
 from fdprof.report import markdown, text
 from fdprof.report.tables import MAX_ROWS, document
-from tests.analysis.scenarios import swap_in_then_execute
+
+from .scenarios import swap_in_then_execute
 
 RENDERERS = [text.render, markdown.render]
 
