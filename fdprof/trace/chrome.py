@@ -17,7 +17,6 @@ from __future__ import annotations
 
 from collections import Counter
 from decimal import Decimal
-from json.encoder import encode_basestring
 from pathlib import Path
 from typing import Any
 
@@ -53,13 +52,14 @@ def sniff(path: Path, head: bytes) -> bool:
 
 
 def value_json(value: Any) -> str:
-    """JSON text of an arg; the common scalar types without a full ``json.dumps``."""
+    """JSON text of an arg (ints, the most common, without a call into the encoder); numbers
+    that an exact decode made Decimal are floats again, as in any other source."""
     kind = type(value)
-    if kind is str:
-        return encode_basestring(value)
     if kind is int:
         return str(value)
-    return C.attr_json(value)
+    if kind is str or kind is float:
+        return C.attr_json(value)
+    return C.attr_json(plain(value))
 
 
 def ns(value: Any) -> int:
@@ -79,11 +79,7 @@ def _ns_array(values: list) -> np.ndarray:
 
 
 def _json_values(args: list[dict]) -> list[str]:
-    return [
-        encode_basestring(v) if type(v) is str else str(v) if type(v) is int else value_json(v)
-        for a in args
-        for v in a.values()
-    ]
+    return [str(v) if type(v) is int else value_json(v) for a in args for v in a.values()]
 
 
 class _Builder:
@@ -284,16 +280,16 @@ _SYNC_COLS = ("op", "obj", "seq", "time", "pid", "tid", "lane", "span_id")
 BATCH = 1 << 14
 
 
-def _events(stream: Stream, meta: dict[str, Any]):
-    """The trace events of either Chrome form: a bare array, or an object with traceEvents."""
+def _batches(stream: Stream, meta: dict[str, Any]):
+    """Lists of trace events of either Chrome form: a bare array, or traceEvents in an object."""
     if stream.peek() == "[":
-        yield from stream.array(allow_unterminated=True)
+        yield from stream.batches(allow_unterminated=True)
         return
     found = False
     for key in stream.members():
         if key == "traceEvents":
             found = True
-            yield from stream.array()
+            yield from stream.batches()
         else:
             value = stream.value()
             if key in ("distributedInfo", "displayTimeUnit", "schemaVersion", "otherData"):
@@ -307,21 +303,18 @@ def _events(stream: Stream, meta: dict[str, Any]):
 def read(path: Path) -> Trace:
     trace = Trace(meta={"format": "chrome", "path": str(path)})
     b = _Builder()
-    first = 0
+    first = last = 0
     with open_text(path) as f:
         stream = Stream(f, str(path))
-        events: list = []
         try:
-            for ev in _events(stream, trace.meta):
-                events.append(ev)
-                if len(events) == BATCH:
-                    b.batch(events)
-                    first += len(events)
-                    events = []
-            b.batch(events)
+            for events in _batches(stream, trace.meta):
+                for lo in range(0, len(events), BATCH):
+                    part = events[lo : lo + BATCH]
+                    last = first + len(part) - 1
+                    b.batch(part)
+                    first += len(part)
         except (TypeError, ValueError, KeyError, ArithmeticError) as exc:
             what = f"missing {exc}" if isinstance(exc, KeyError) else str(exc)
-            last = first + len(events) - 1
             raise FdprofError(f"{path}: events {first}-{last}: {what}") from None
     return _finish(trace, b)
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import msgspec
 import numpy as np
 import pandas as pd
 import pyarrow as pa
@@ -35,13 +36,14 @@ LINKS = "fd.links"
 SYNC_OP, SYNC_OBJ, SYNC_SEQ = "sync.op", "sync.obj", "sync.seq"
 
 
-_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, default=float)
+_ENCODER = msgspec.json.Encoder(decimal_format="number")
 
 
 def attr_json(value: Any) -> str:
-    """The canonical JSON text of an attribute value (compact, so equal values compare equal;
-    a :class:`decimal.Decimal` from a JSON reader is written as the float it denotes)."""
-    return _ENCODER.encode(value)
+    """The canonical JSON text of an attribute value: compact, so equal values compare equal,
+    from one encoder for every reader and writer (a Decimal from an exact JSON decode is
+    written with its own digits)."""
+    return _ENCODER.encode(value).decode()
 
 
 def attrs_frame(span_ids: Any, keys: Any, values: Any) -> pd.DataFrame:

@@ -7,6 +7,12 @@ buffer, so memory holds the columns being built plus one buffer, never the whole
 
 Non-integer numbers decode as :class:`decimal.Decimal`, so microsecond timestamps with
 fractions convert to nanoseconds exactly; :func:`plain` turns them back into floats.
+
+:meth:`Stream.batches` is the fast path for arrays written one element per line (PyTorch,
+Perfetto and fdprof all write them so): it cuts the buffer after the last ``},\n{`` and
+decodes the whole batch at once with msgspec (2-3× the speed of :mod:`json`), falling back to
+one element at a time where the text is laid out otherwise or a cut turns out not to be
+between two elements.
 """
 
 from __future__ import annotations
@@ -21,9 +27,14 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any, TextIO
 
+import msgspec
+
 from fdprof.errors import FdprofError
 
 _DECODER = json.JSONDecoder(parse_float=Decimal)
+#: msgspec decoders for batches of elements: plain, and exact when timestamps have fractions
+_FAST = msgspec.json.Decoder()
+_EXACT = msgspec.json.Decoder(float_hook=Decimal)
 _SPACE = re.compile(r"[ \t\n\r]*")
 CHUNK_CHARS = 1 << 22
 
@@ -109,9 +120,58 @@ class Stream:
             self._pos = end
             return value
 
+    def batches(self, *, allow_unterminated: bool = False) -> Iterator[list[Any]]:
+        """Yield the elements of the array at the cursor in lists, decoded by msgspec where the
+        text allows it (module doc); one element at a time elsewhere."""
+        self.expect("[")
+        while True:
+            split = self._split()
+            if split is None:
+                break
+            piece = "[" + self._buf[self._pos : split] + "]"
+            try:
+                batch = _FAST.decode(piece)
+                if any(
+                    type(e.get("ts")) is float or type(e.get("dur")) is float
+                    for e in batch
+                    if type(e) is dict
+                ):
+                    batch = _EXACT.decode(piece)
+            except msgspec.DecodeError:
+                break
+            self._pos = split
+            self.expect(",")  # the comma after the last element of the batch
+            yield batch
+        rest = list(self._elements(allow_unterminated))
+        if rest:
+            yield rest
+
+    def _split(self) -> int | None:
+        """Offset just past the last element of the buffer that a newline separates from the
+        next one (``},\n{``); None when there is none. A raw newline cannot be inside a JSON
+        string, so such a split is between two values (or two nested ones: decoding checks)."""
+        while True:
+            if not self._eof and len(self._buf) - self._pos < CHUNK_CHARS:
+                self._fill()
+            buf, pos = self._buf, self._pos
+            nl = buf.rfind("\n", pos)
+            while nl > pos:
+                after = _SPACE.match(buf, nl + 1).end()
+                before = len(buf[pos:nl].rstrip()) + pos - 1
+                if after < len(buf) and buf[after] == "{" and buf[before] == ",":
+                    end = len(buf[pos:before].rstrip()) + pos
+                    if end > pos:
+                        return end
+                nl = buf.rfind("\n", pos, nl)
+            if self._eof or not self._fill():
+                return None
+
     def array(self, *, allow_unterminated: bool = False) -> Iterator[Any]:
         """Yield the elements of the array at the cursor one at a time."""
         self.expect("[")
+        yield from self._elements(allow_unterminated)
+
+    def _elements(self, allow_unterminated: bool) -> Iterator[Any]:
         while True:
             char = self.peek()
             if char == "]":
