@@ -1,14 +1,15 @@
 """The engine's probe handles (span names, attribute keys, sync objects), made once at import so
-the hot path passes small ids. Names follow the conventions in DESIGN.md."""
+the hot path passes small ids. Names follow the conventions in DESIGN.md; the second argument
+is the NVTX category, one per kind of work (step, request, swap, execute_model, lock)."""
 
 from fdprof import probe
 
-STEP = probe.name("step", "engine")
-SCHEDULE = probe.name("schedule", "engine")
-REQUEST = probe.name("request", "engine")
-ISSUE_SWAP_TASK = probe.name("issue_swap_task", "cache_manager")
-SWAP = probe.name("swap", "transfer")
-EXECUTE_MODEL = probe.name("execute_model", "worker")
+STEP = probe.name("step", "step")
+SCHEDULE = probe.name("schedule", "step")
+REQUEST = probe.name("request", "request")
+ISSUE_SWAP_TASK = probe.name("issue_swap_task", "swap")
+SWAP = probe.name("swap", "swap")
+EXECUTE_MODEL = probe.name("execute_model", "execute_model")
 LOCK_WAIT = probe.name("lock_wait", "lock")
 LOCK_HOLD = probe.name("lock_hold", "lock")
 

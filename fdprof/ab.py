@@ -21,7 +21,7 @@ from fdprof.analysis.breakdown import PARTS, step_breakdown
 from fdprof.analysis.hazards import find_hazards
 from fdprof.analysis.stats import RatioCI, paired_ratio_ci, spread
 from fdprof.analysis.whatif import what_if_drop_lock
-from fdprof.probe import ProbeConfig
+from fdprof.capture.plan import CapturePlan
 from fdprof.trace import load
 from fdprof.trace.model import Trace
 
@@ -144,14 +144,14 @@ def run_ab(
     config,
     runs: int,
     out_dir: Path,
+    capture: CapturePlan | None = None,
     progress: Progress | None = None,
-    probe_config: ProbeConfig | None = None,
 ) -> ABResult:
     """Run both modes ``runs`` times each (seeds ``config.seed + i``), analyse every run."""
     from engine.launcher import run_engine
 
     out_dir.mkdir(parents=True, exist_ok=True)
-    base_probe = probe_config or ProbeConfig()
+    capture = capture or CapturePlan(workload=config.workload)
     plan = []
     for i in range(runs):
         order = MODES if i % 2 == 0 else MODES[::-1]
@@ -163,12 +163,10 @@ def run_ab(
         seed = config.seed + i
         run_dir = out_dir / "runs" / f"{mode}-{i}"
         cfg = replace(config, kv_lock=mode, seed=seed)
-        probe = replace(
-            base_probe,
-            run_dir=str(run_dir),
-            resource={**base_probe.resource, "fd.kv_lock": mode},
-        )
-        results = run_engine(cfg, probe)
+        probe_config = capture.probe_config(run_dir, mode)
+        observers, env = capture.observers_and_env(probe_config)
+        results = run_engine(cfg, probe_config, observers, env=env)
+        capture.finish(run_dir)
         outcomes.append(analyse_run(mode, i, seed, results, load(run_dir)))
     if progress is not None:
         progress(len(plan), len(plan), "done")

@@ -1,10 +1,12 @@
-"""Engine options shared by ``fdprof run`` and ``fdprof ab``: one definition, one parser."""
+"""Engine and capture options shared by ``fdprof run`` and ``fdprof ab``: defined once."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 import warnings
+
+from fdprof.capture.plan import CapturePlan
 
 
 def add_engine_arguments(p: argparse.ArgumentParser, with_lock: bool = True) -> None:
@@ -28,7 +30,7 @@ def add_engine_arguments(p: argparse.ArgumentParser, with_lock: bool = True) -> 
         type=float,
         default=None,
         help="transfer delay before each copy, widening the fault window "
-        "(default 30 with --fault, else 0)",
+        "(default 150 with --fault, else 0)",
     )
     p.add_argument("--device", choices=DEVICES, default="auto")
 
@@ -53,4 +55,26 @@ def engine_config(args: argparse.Namespace, kv_lock: str | None = None):
         dp=args.dp,
         fault=args.fault,
         fault_delay_ms=args.fault_delay_ms,
+    )
+
+
+def add_capture_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--otlp-endpoint",
+        default=None,
+        help="export spans and metrics over OTLP/HTTP to this URL (else OTEL_EXPORTER_OTLP_* "
+        "from the environment, if set)",
+    )
+    p.add_argument("--metrics-port", type=int, default=None, help="serve Prometheus metrics")
+    p.add_argument(
+        "--nvtx-capture",
+        action="store_true",
+        help="emit NVTX ranges and capture them without Nsight Systems into RUN_DIR/nvtx/",
+    )
+    p.add_argument("--py-spy", action="store_true", help="sample every process with py-spy")
+
+
+def capture_plan(args: argparse.Namespace) -> CapturePlan:
+    return CapturePlan(
+        args.otlp_endpoint, args.metrics_port, args.nvtx_capture, args.py_spy, args.workload
     )

@@ -7,7 +7,12 @@ import json
 import sys
 from pathlib import Path
 
-from fdprof.cli._engine_options import add_engine_arguments, engine_config
+from fdprof.cli._engine_options import (
+    add_capture_arguments,
+    add_engine_arguments,
+    capture_plan,
+    engine_config,
+)
 from fdprof.errors import FdprofError
 
 
@@ -24,6 +29,7 @@ def register(subparsers) -> None:
     add_engine_arguments(p, with_lock=False)
     p.add_argument("--out", required=True, type=Path, help="directory for runs and reports")
     p.add_argument("--json", action="store_true", help="print the result as one JSON object")
+    add_capture_arguments(p)
     p.set_defaults(func=handle)
 
 
@@ -37,7 +43,7 @@ def handle(args: argparse.Namespace) -> int:
     config = engine_config(args, kv_lock="none")
     out = args.out.resolve()
     progress = ProgressBar(sys.stderr, "runs")
-    result = run_ab(config, args.runs, out, progress)
+    result = run_ab(config, args.runs, out, capture_plan(args), progress)
     for name, render in (("report.md", ab_markdown.render), ("report.html", ab_html.render)):
         (out / name).write_text(render(result))
     result.report_files = {"html": str(out / "report.html"), "md": str(out / "report.md")}

@@ -1,0 +1,51 @@
+"""What to record and export beside a run: the probe's sinks, exporters and samplers.
+
+One plan serves ``fdprof run`` (one run directory) and ``fdprof ab`` (many): it makes each run's
+probe configuration, the observers the supervisor runs beside the engine, and the environment
+the engine's processes need.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from fdprof.probe import ProbeConfig
+
+
+@dataclass(frozen=True)
+class CapturePlan:
+    """The capture options; defaults: the native recorder only (plus ``OTEL_*`` if set)."""
+
+    otlp_endpoint: str | None = None
+    metrics_port: int | None = None
+    nvtx: bool = False
+    py_spy: bool = False
+    workload: str = ""
+
+    def probe_config(self, run_dir: Path, kv_lock: str) -> ProbeConfig:
+        return ProbeConfig(
+            run_dir=str(run_dir),
+            nvtx=self.nvtx,
+            otlp_endpoint=self.otlp_endpoint,
+            metrics_port=self.metrics_port,
+            resource={"fd.kv_lock": kv_lock, "fd.workload": self.workload},
+        )
+
+    def observers_and_env(self, probe_config: ProbeConfig) -> tuple[list, dict[str, str]]:
+        """Observers the supervisor runs beside the engine, and env vars for its children."""
+        from fdprof.capture.nvtx import injection_env
+        from fdprof.capture.pyspy import PySpyObserver
+        from fdprof.probe.otel_export import observers_for
+
+        run_dir = Path(probe_config.run_dir)
+        observers = list(observers_for(probe_config))
+        if self.py_spy:
+            observers.append(PySpyObserver(run_dir))
+        return observers, (injection_env(run_dir) if self.nvtx else {})
+
+    def finish(self, run_dir: Path) -> None:
+        if self.nvtx:
+            from fdprof.capture.nvtx import trim
+
+            trim(run_dir)
