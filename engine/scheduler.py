@@ -108,13 +108,15 @@ class Scheduler:
         for r in running:
             check = not r.checked
             r.checked = True
+            traceparent = p.traceparent(r.span, r.trace_id)
+            p.link_context(step_sid, traceparent, link=True)  # the step serves this request
             seqs.append(
                 BatchSeq(
                     r.spec.request_id,
                     r.tokens[r.num_computed :],
                     r.num_computed,
                     r.adm.table,
-                    p.traceparent(r.span, r.trace_id),
+                    traceparent,
                     r.adm.check_blocks if check else [],
                     r.adm.check_fps if check else [],
                 )

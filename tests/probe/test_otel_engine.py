@@ -41,9 +41,11 @@ def test_engine_spans_and_metrics_reach_a_real_receiver(tmp_path, monkeypatch):
         )
     execs = [s for _, s in spans if s.name == "execute_model"]
     assert all("kv.gpu_write" in attrs(s) for s in execs)
-    linked = [link for s in execs for link in s.links]
-    assert linked and all(by_id[lk.span_id].name == "request" for lk in linked)
-    assert all(by_id[lk.span_id].trace_id == lk.trace_id for lk in linked)
+    steps = [s for _, s in spans if s.name == "step"]
+    for served in (execs, steps):  # both link to the requests they served
+        linked = [link for s in served for link in s.links]
+        assert linked and all(by_id[lk.span_id].name == "request" for lk in linked)
+        assert all(by_id[lk.span_id].trace_id == lk.trace_id for lk in linked)
     assert {"fd.swap.duration", "fd.execute_model.duration", "fd.step.duration"} <= metric_names
     assert {"fd.generated_tokens", "fd.swapped_blocks", "fd.lock.wait"} <= metric_names
     stats = json.loads((tmp_path / "run" / STATS_FILE).read_text())
