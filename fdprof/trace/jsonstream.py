@@ -36,7 +36,7 @@ _DECODER = json.JSONDecoder(parse_float=Decimal)
 _FAST = msgspec.json.Decoder()
 _EXACT = msgspec.json.Decoder(float_hook=Decimal)
 _SPACE = re.compile(r"[ \t\n\r]*")
-CHUNK_CHARS = 1 << 22
+CHUNK_CHARS = 1 << 20
 
 
 def open_text(path: Path) -> TextIO:
