@@ -57,8 +57,10 @@ def attrs_frame(span_ids: Any, keys: Any, values: Any) -> pd.DataFrame:
 
 def _values(attrs: pd.DataFrame, key: str) -> tuple[np.ndarray, pa.Array]:
     rows = attrs[attrs["key"] == key]
-    values = pa.array(rows["value"].to_numpy(dtype=object), type=pa.string())
-    return rows["span_id"].to_numpy(dtype=np.int64), values
+    values = pa.array(rows["value"])  # the Arrow data behind the column, not a copy per row
+    if isinstance(values, pa.ChunkedArray):
+        values = values.combine_chunks()
+    return rows["span_id"].to_numpy(dtype=np.int64), values.cast(pa.string())
 
 
 def _json_strings(values: pa.Array) -> pa.Array:

@@ -23,6 +23,8 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from fdprof.errors import FdprofError
 from fdprof.probe import records as R
@@ -176,25 +178,29 @@ def _decode(path: Path) -> _File | None:
 
 
 def _decode_attrs(data: bytes, offs: np.ndarray, kinds: np.ndarray, records, out: _File) -> None:
-    """Attribute records as (record offset, span id, key, JSON text) columns, record order kept."""
+    """Attribute records as (span id, key, JSON text) columns in record order. Keys and values
+    are Arrow strings built without a Python object per row where the type allows (ints)."""
     ints = records(R.Kind.ATTR_INT)
     floats = records(R.Kind.ATTR_FLOAT)
     strs = records(R.Kind.ATTR_STR)
-    str_values = out.text(strs["f2"], "a string attribute")
-    parts: list[tuple[np.ndarray, np.ndarray, np.ndarray, Any]] = [
-        (offs[kinds == R.Kind.ATTR_INT], ints["f0"], ints["f1"], ints["f3"].astype(str)),
+    known = np.array(sorted(out.strings), dtype=np.int64)
+    json_of = pa.array([C.attr_json(out.strings[int(i)]) for i in known], pa.string())
+    out.text(strs["f2"], "a string attribute")
+    str_pos = np.searchsorted(known, strs["f2"].astype(np.int64))
+    parts: list[tuple[np.ndarray, np.ndarray, np.ndarray, pa.Array]] = [
+        (
+            offs[kinds == R.Kind.ATTR_INT],
+            ints["f0"],
+            ints["f1"],
+            pc.cast(pa.array(ints["f3"]), pa.string()),
+        ),
         (
             offs[kinds == R.Kind.ATTR_FLOAT],
             floats["f0"],
             floats["f1"],
-            [C.attr_json(v) for v in floats["f3"].tolist()],
+            pa.array([C.attr_json(v) for v in floats["f3"].tolist()], pa.string()),
         ),
-        (
-            offs[kinds == R.Kind.ATTR_STR],
-            strs["f0"],
-            strs["f1"],
-            [C.attr_json(v) for v in str_values],
-        ),
+        (offs[kinds == R.Kind.ATTR_STR], strs["f0"], strs["f1"], json_of.take(str_pos)),
     ]
     list_offs = offs[kinds == R.Kind.ATTR_INTS]
     list_ids, list_keys, list_values = [], [], []
@@ -209,14 +215,17 @@ def _decode_attrs(data: bytes, offs: np.ndarray, kinds: np.ndarray, records, out
             list_offs,
             np.array(list_ids, dtype=np.uint64),
             np.array(list_keys, dtype=np.uint32),
-            list_values,
+            pa.array(list_values, pa.string()),
         )
     )
     order = np.argsort(np.concatenate([p[0] for p in parts]), kind="stable")
     span_ids = np.concatenate([p[1].astype(np.uint64) for p in parts]).view(np.int64)[order]
-    keys = out.text(np.concatenate([p[2].astype(np.int64) for p in parts]), "an attribute key")
-    values = np.concatenate([np.asarray(p[3], dtype=object) for p in parts])
-    out.attrs.append((span_ids, keys[order], values[order]))
+    key_ids = np.concatenate([p[2].astype(np.int64) for p in parts])[order]
+    out.text(key_ids, "an attribute key")
+    names = pa.array([out.strings[int(i)] for i in known], pa.string())
+    keys = names.take(np.searchsorted(known, key_ids))
+    values = pa.concat_arrays([p[3] for p in parts]).take(order)
+    out.attrs.append((span_ids, keys, values))
 
 
 def _manifest(path: Path, trace: Trace) -> dict[str, Any]:
@@ -330,7 +339,11 @@ def _build(trace: Trace, files: list[_File], by_pid: dict[int, dict[str, Any]]) 
     assemble(
         trace,
         spans,
-        tuple(np.concatenate([a[i] for a in attrs]) for i in range(3)),
+        (
+            np.concatenate([a[0] for a in attrs]),
+            pa.concat_arrays([pa.array(a[1], pa.string()) for a in attrs]),
+            pa.concat_arrays([pa.array(a[2], pa.string()) for a in attrs]),
+        ),
         syncs,
         processes,
     )
