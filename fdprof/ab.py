@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from fdprof.analysis.breakdown import PARTS, step_breakdown
+from fdprof.analysis.breakdown import PARTS, ideal_ratio, step_breakdown
 from fdprof.analysis.hazards import find_hazards
 from fdprof.analysis.stats import RatioCI, paired_ratio_ci, spread
 from fdprof.analysis.whatif import what_if_drop_lock
@@ -174,7 +174,9 @@ def run_ab(
     new = {r.index: r.tokens_per_s for r in outcomes if r.mode == "none"}
     idx = sorted(base)
     gain = paired_ratio_ci([new[i] for i in idx], [base[i] for i in idx], seed=config.seed)
-    ideal = _pooled_ideal([r for r in outcomes if r.mode == "ipc"], config.seed)
+    ideal = ideal_ratio(
+        pd.concat([r.breakdown for r in outcomes if r.mode == "ipc"]), seed=config.seed
+    )
     return ABResult({**_plain(config), "runs_per_mode": runs}, outcomes, gain, ideal, out_dir)
 
 
@@ -185,13 +187,6 @@ def analyse_run(mode: str, index: int, seed: int, results: dict, trace: Trace) -
         outcome.what_if_newly_unordered = len(what_if_drop_lock(trace).newly_unordered)
     outcome.timeline, outcome.timeline_window = _timeline_excerpt(trace)
     return outcome
-
-
-def _pooled_ideal(baseline: list[RunOutcome], seed: int) -> RatioCI:
-    """Actual over ideal step time across every baseline step, steps resampled in pairs."""
-    b = pd.concat([r.breakdown for r in baseline])
-    ideal = b["idle"] + np.maximum(b["compute"], b["blocking_any"])
-    return paired_ratio_ci(b["duration"].to_numpy(float), ideal.to_numpy(float), seed=seed)
 
 
 def _timeline_excerpt(trace: Trace) -> tuple[list, tuple[float, float]]:

@@ -132,7 +132,17 @@ def ideal_gain(trace: Trace, step_name: str | None = None, *, seed: int = 0) -> 
     compute (ideal step = idle + max(compute, blocking)). Ratio = actual / ideal time for
     the same work; about 1 for a run that already overlaps."""
     b = step_breakdown(trace, step_name)
-    ideal = b["idle"] + np.maximum(b["compute"], b["blocking_any"])
-    actual = b["duration"].to_numpy(float)
-    ci = paired_ratio_ci(actual, ideal.to_numpy(float), seed=seed)
-    return IdealGain(ci, int(actual.sum()), int(ideal.sum()))
+    ideal = ideal_step_ns(b)
+    return IdealGain(ideal_ratio(b, seed=seed), int(b["duration"].sum()), int(ideal.sum()))
+
+
+def ideal_step_ns(breakdown: pd.DataFrame) -> pd.Series:
+    """Each step's time had its blocking run entirely under its compute."""
+    return breakdown["idle"] + np.maximum(breakdown["compute"], breakdown["blocking_any"])
+
+
+def ideal_ratio(breakdown: pd.DataFrame, *, seed: int = 0) -> RatioCI:
+    """Actual over ideal time of the steps in ``breakdown`` (one run's, or several runs'
+    concatenated), steps resampled in pairs for the CI."""
+    actual = breakdown["duration"].to_numpy(float)
+    return paired_ratio_ci(actual, ideal_step_ns(breakdown).to_numpy(float), seed=seed)
