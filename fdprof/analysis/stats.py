@@ -92,13 +92,29 @@ def paired_ratio_ci(
     """``sum(num) / sum(den)`` over paired units (e.g. steps: actual and ideal time), with the
     units resampled together."""
     rows = np.column_stack([_sample(num), _sample(den)])
-    stat = _statistic("rate", confidence)
     if rows[:, 1].sum() == 0:
         raise FdprofError("the denominator sums to 0: no ratio")
+    return bootstrap_ci(rows, _rate, "rate", confidence=confidence, n_boot=n_boot, seed=seed)
+
+
+def bootstrap_ci(
+    rows: Any,
+    stat: Statistic,
+    name: str,
+    *,
+    confidence: float = 0.95,
+    n_boot: int = 2000,
+    seed: int = 0,
+) -> RatioCI:
+    """Any ratio-valued ``stat`` of ``rows`` (units such as steps, each row one unit's columns,
+    resampled together) with its percentile-bootstrap CI."""
+    if not 0 < confidence < 1:
+        raise FdprofError(f"confidence must be between 0 and 1, got {confidence}")
+    a = _sample(rows)
     rng = np.random.default_rng(seed)
     with np.errstate(divide="ignore", invalid="ignore"):
-        ratios = _resample(rows, stat, n_boot, rng)
-    return _interval(_whole(stat, rows), ratios, confidence, "rate", n_boot, seed)
+        ratios = _resample(a, stat, n_boot, rng)
+    return _interval(_whole(stat, a), ratios, confidence, name, n_boot, seed)
 
 
 def _statistic(name: str, confidence: float) -> Statistic:

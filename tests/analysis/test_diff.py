@@ -62,10 +62,12 @@ def test_ideal_gain_from_the_baseline_alone(runs):
     gain = ideal_gain(runs[0])
     b = step_breakdown(runs[0])
     blocked = b["swap_blocking"] + b["lock_wait"]  # nothing overlaps in the baseline
-    expected = b["duration"].sum() / (b["idle"] + np.maximum(b["compute"], blocked)).sum()
+    # blocking hidden under the run's compute as a whole, not step by step
+    expected = b["duration"].sum() / (b["idle"].sum() + max(b["compute"].sum(), blocked.sum()))
     assert gain.ratio.ratio == pytest.approx(expected, rel=1e-3)
     assert gain.ratio.lo < gain.ratio.ratio < gain.ratio.hi
-    assert ideal_gain(runs[1]).ratio.ratio == pytest.approx(1.0, abs=0.01)
+    # the lockless run already overlaps: only its few unhidden swap waits remain to win
+    assert 1.0 <= ideal_gain(runs[1]).ratio.ratio < 1.05 < gain.ratio.ratio
 
 
 def test_user_named_steps_and_foreign_traces_without_compute_spans():
