@@ -19,3 +19,13 @@ def test_unknown_command_is_one_line_exit_2():
     assert result.returncode == 2
     assert len(result.stderr.strip().splitlines()) == 1
     assert "Traceback" not in result.stderr
+
+
+def test_unwritable_output_is_one_line_exit_2():
+    result = run_fdprof("hazards", "/no/such/trace")
+    assert result.returncode == 2 and "no such file" in result.stderr
+    result = run_fdprof("run", "--requests", "1", "--out", "/proc/fdprof-cannot-create")
+    assert result.returncode == 2
+    assert result.stderr.strip() == (
+        "fdprof run: /proc/fdprof-cannot-create: No such file or directory"
+    )

@@ -41,6 +41,10 @@ def main(argv: list[str] | None = None) -> int:
     except FdprofError as exc:
         print(f"fdprof {args.command}: {exc}", file=sys.stderr)
         return 2
+    except OSError as exc:  # an output path that cannot be written, a full disk, ...
+        where = f"{exc.filename}: " if exc.filename else ""
+        print(f"fdprof {args.command}: {where}{exc.strerror or exc}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print(f"fdprof {args.command}: interrupted", file=sys.stderr)
         return 130
