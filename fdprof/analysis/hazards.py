@@ -142,26 +142,11 @@ def find_hazards(trace: Trace, drop_objects: Iterable[str] = ()) -> HazardReport
 
 
 def dp_groups(trace: Trace) -> dict[int, int]:
-    """pid -> DP group: from a ``dp_rank`` column of ``processes`` if a reader provides one,
-    else, for a run whose config says ``dp`` > 1, from process names ``<role>-<rank>`` (as
-    the engine's launcher names them). Empty (one group) otherwise."""
+    """pid -> DP group, from the ``dp_rank`` column of ``processes``. Processes of unknown rank
+    (-1) are one group together, so a trace without ranks is one group: nothing is scoped."""
     processes = trace.processes
-    if processes is None or processes.empty or "pid" not in processes.columns:
-        return {}
     pids = processes["pid"].to_numpy(np.int64).tolist()
-    if "dp_rank" in processes.columns:
-        return dict(zip(pids, processes["dp_rank"].astype(int).tolist(), strict=True))
-    config = trace.meta.get("config") or {}
-    if int(config.get("dp") or 1) <= 1 or not {"name", "role"} <= set(processes.columns):
-        return {}
-    ranks = {}
-    for pid, name, role in zip(pids, processes["name"].astype(str), processes["role"].astype(str),
-                               strict=True):  # fmt: skip
-        head, _, rank = name.rpartition("-")
-        if head != role or not rank.isdigit():
-            return {}
-        ranks[pid] = int(rank)
-    return ranks
+    return dict(zip(pids, processes["dp_rank"].to_numpy(np.int64).tolist(), strict=True))
 
 
 def _scoped_objects(syncs: pd.DataFrame, groups: dict[int, int]) -> pd.DataFrame:

@@ -260,6 +260,7 @@ class _Builder:
             proc["name"] = str(args.get("name", ""))
             proc["role"] = str(args.get(PROC_ROLE, ""))
             proc["anchored"] = bool(args.get(PROC_ANCHORED, False))
+            proc["dp_rank"] = C.dp_rank(args.get(C.DP_RANK))
         elif ev.get("name") == "thread_name":
             self.threads[f"{pid}/{self.ident(ev.get('tid'))}"] = str(args.get("name", ""))
 
@@ -373,6 +374,7 @@ def _finish(trace: Trace, b: _Builder) -> Trace:
         "role": [role_of[p] for p in procs],
         "name": [b.proc.get(p, {}).get("name") or names.get(p, str(p)) for p in procs],
         "anchored": [b.proc.get(p, {}).get("anchored", False) for p in procs],
+        "dp_rank": [b.proc.get(p, {}).get("dp_rank", -1) for p in procs],
     }
     assemble(trace, spans, (attr_span, keys, values), syncs, processes)
     trace.meta["thread_names"] = b.threads

@@ -34,6 +34,8 @@ STEP, ROLE, LANE = "fd.step", "fd.role", "fd.lane"
 LINKS = "fd.links"
 #: the sync conventions when a format carries sync events as attributes
 SYNC_OP, SYNC_OBJ, SYNC_SEQ = "sync.op", "sync.obj", "sync.seq"
+#: a process's data-parallel rank, as a resource attribute (the probe's OTel export sets it)
+DP_RANK = "fd.dp_rank"
 
 
 _ENCODER = msgspec.json.Encoder(decimal_format="number")
@@ -44,6 +46,14 @@ def attr_json(value: Any) -> str:
     from one encoder for every reader and writer (a Decimal from an exact JSON decode is
     written with its own digits)."""
     return _ENCODER.encode(value).decode()
+
+
+def dp_rank(value: Any) -> int:
+    """A process's DP rank from a manifest entry or attribute (an int, or digits as the probe's
+    OTel resource writes it); -1 (unknown) for anything else."""
+    if type(value) is str and value.isdecimal():
+        value = int(value)
+    return value if type(value) is int and value >= 0 else -1
 
 
 def attrs_frame(span_ids: Any, keys: Any, values: Any) -> pd.DataFrame:

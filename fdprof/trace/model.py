@@ -58,12 +58,14 @@ SYNC_COLUMNS: dict[str, str] = {
 }
 #: attributes in long form; ``value`` holds the JSON text of the value so types round-trip.
 ATTR_COLUMNS: dict[str, str] = {"span_id": "int64", "key": "string", "value": "string"}
-#: one row per process: its role and name, and whether a clock anchor placed it on the timebase.
+#: one row per process: its role and name, whether a clock anchor placed it on the timebase, and
+#: its data-parallel rank (-1: unknown), which scopes per-engine objects for the analyses.
 PROCESS_COLUMNS: dict[str, str] = {
     "pid": "int64",
     "role": "string",
     "name": "string",
     "anchored": "bool",
+    "dp_rank": "int64",
 }
 
 SCHEMAS = {

@@ -335,6 +335,7 @@ def _build(trace: Trace, files: list[_File], by_pid: dict[int, dict[str, Any]]) 
         "role": [roles[f.pid] for f in files],
         "name": [by_pid.get(f.pid, {}).get("name") or roles[f.pid] for f in files],
         "anchored": [True] * len(files),
+        "dp_rank": [C.dp_rank(by_pid.get(f.pid, {}).get("dp_rank")) for f in files],
     }
     assemble(
         trace,

@@ -125,11 +125,19 @@ def write(trace: Trace, path: str | Path) -> None:
     processes = []
     for pid, f in files.items():
         role = str(procs.at[pid, "role"]) if pid in procs.index else ""
-        record = f"{role or 'process'}-0-{pid}.rec"
+        rank = int(procs.at[pid, "dp_rank"]) if pid in procs.index else -1
+        record = f"{role or 'process'}-{max(rank, 0)}-{pid}.rec"
         (out / record).write_bytes(b"".join(f.parts))
         name = str(procs.at[pid, "name"]) if pid in procs.index else role
         processes.append(
-            {"pid": pid, "role": role, "name": name, "dp_rank": 0, "record": record, "exitcode": 0}
+            {
+                "pid": pid,
+                "role": role,
+                "name": name,
+                "dp_rank": rank,
+                "record": record,
+                "exitcode": 0,
+            }
         )
     manifest = {
         "format": RUN_FORMAT,

@@ -370,6 +370,7 @@ def _assemble(trace: Trace, rows: _Rows, procs: dict[int, str], offset: int, anc
         "role": [""] * len(procs),
         "name": list(procs.values()),
         "anchored": [anchored] * len(procs),
+        "dp_rank": [-1] * len(procs),
     }
     assemble(trace, spans, attrs, syncs, processes)
     unended = int((end == -1).sum())

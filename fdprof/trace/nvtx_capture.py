@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from fdprof.errors import FdprofError
+from fdprof.trace import conventions as C
 from fdprof.trace.model import SCHEMAS, Trace, frame
 
 MAGIC = b"FDNVTX1\n"
@@ -192,6 +193,7 @@ def read_nvtx_capture(path: str | Path) -> Trace:
                 "role": [str(procs.get(c.pid, {}).get("role", "")) for c in caps],
                 "name": [str(procs.get(c.pid, {}).get("name", "")) for c in caps],
                 "anchored": [True for _ in caps],
+                "dp_rank": [C.dp_rank(procs.get(c.pid, {}).get("dp_rank")) for c in caps],
             },
         ),
         meta={

@@ -2,9 +2,9 @@
 
 Files are what the OpenTelemetry Collector's file exporter writes: one
 ``ExportTraceServiceRequest`` per line in the protobuf JSON mapping (hex trace and span ids,
-64-bit integers as strings). One resource per process (``process.pid``, ``fd.role``); span
-attributes are the model's attributes, plus ``thread.id``; links are the ``fd.links``
-traceparents. Sync events become span events named ``sync`` (``sync.op``, ``sync.obj``,
+64-bit integers as strings). One resource per process (``process.pid``, ``fd.role``,
+``fd.dp_rank``); span attributes are the model's attributes, plus ``thread.id``; links are the
+``fd.links`` traceparents. Sync events become span events named ``sync`` (``sync.op``, ``sync.obj``,
 ``sync.seq``, ``sync.span``, ``thread.id``, ``fd.lane``) on their span, or on a zero-length
 carrier span per process when they belong to no span. The ``fd.*`` markers below let the
 reader restore what OTLP cannot say (a span that never ended, a trace id the writer had to
@@ -178,6 +178,7 @@ def _resource(pid: int, procs: pd.DataFrame) -> list[dict[str, Any]]:
         values[C.ROLE] = role
         values[PROCESS_NAME] = str(procs.at[pid, "name"])
         values[PROCESS_ANCHORED] = bool(procs.at[pid, "anchored"])
+        values[C.DP_RANK] = int(procs.at[pid, "dp_rank"])
     return attributes(values)
 
 
@@ -315,6 +316,7 @@ class _Reader:
                     "role": role,
                     "name": str(res.get(PROCESS_NAME, res.get(SERVICE_NAME, pid))),
                     "anchored": bool(res.get(PROCESS_ANCHORED, False)),
+                    "dp_rank": C.dp_rank(res.get(C.DP_RANK)),
                 },
             )
             for ss in rs.get("scopeSpans", rs.get("scope_spans", [])):
@@ -400,5 +402,6 @@ def read(path: Path) -> Trace:
         "role": [reader.procs[p]["role"] for p in procs],
         "name": [reader.procs[p]["name"] for p in procs],
         "anchored": [reader.procs[p]["anchored"] for p in procs],
+        "dp_rank": [reader.procs[p]["dp_rank"] for p in procs],
     }
     return assemble(trace, spans, reader.attrs, syncs, processes)

@@ -231,10 +231,12 @@ def test_dp_groups_have_their_own_blocks_and_channels():
         b.span(wrk, "execute_model", 13 + 5 * rank, 30, reads=(3,))
     trace = b.build()
     assert counts(trace)["races"] > 0  # without groups: blocks and seqs collide
-    trace.processes = frame("processes", {
+    procs = {
         "pid": [10, 11, 20, 21], "role": ["engine", "worker"] * 2,
         "name": ["engine-0", "worker-0", "engine-1", "worker-1"], "anchored": [True] * 4,
-    })  # fmt: skip
-    assert counts(trace)["races"] > 0  # names alone do not make groups
-    trace.meta["config"] = {"dp": 2}  # a run directory's config says so
+    }  # fmt: skip
+    trace.processes = frame("processes", procs | {"dp_rank": [-1] * 4})
+    trace.meta["config"] = {"dp": 2}
+    assert counts(trace)["races"] > 0  # neither names nor the config make groups: ranks do
+    trace.processes = frame("processes", procs | {"dp_rank": [0, 0, 1, 1]})
     assert counts(trace)["races"] == 0

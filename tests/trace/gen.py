@@ -86,6 +86,7 @@ def traces(draw) -> Trace:
         "role": [roles[p] for p in pids],
         "name": [f"{roles[p]}-{p}" for p in pids],
         "anchored": [True] * len(pids),
+        "dp_rank": [draw(st.integers(-1, 3)) for _ in pids],
     }
     trace = Trace(meta={"format": "generated"})
     return assemble(trace, spans, attrs, syncs, processes)

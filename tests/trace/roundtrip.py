@@ -11,6 +11,7 @@ KEYS = {
     "accesses": ["span_id", "pool", "block", "mode", "layer_lo", "layer_hi"],
     "syncs": ["time", "pid", "tid", "op", "obj", "seq", "span_id", "lane"],
     "attrs": ["span_id", "key"],
+    "processes": ["pid"],
 }
 
 

@@ -21,7 +21,7 @@ def test_native_to_otlp_round_trip(engine_run, tmp_path):
     assert len(span["traceId"]) == 32 and len(span["spanId"]) == 16
     assert span["startTimeUnixNano"].isdigit()
     back = load(out)
-    assert_same(native, back, ("spans", "accesses", "syncs", "attrs"))
+    assert_same(native, back, ("spans", "accesses", "syncs", "attrs", "processes"))
 
 
 def test_reads_collector_style_file_written_by_others(tmp_path):

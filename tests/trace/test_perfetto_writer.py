@@ -12,7 +12,7 @@ def test_native_to_perfetto_round_trip(engine_run, tmp_path):
     write(native, out)
     back = load(out)
     assert back.meta["format"] == "chrome"
-    assert_same(native, back, ("spans", "accesses", "syncs", "attrs"))
+    assert_same(native, back, ("spans", "accesses", "syncs", "attrs", "processes"))
     assert sorted(back.processes["role"]) == sorted(native.processes["role"])
 
 

@@ -19,7 +19,7 @@ def round_trip(write, trace, name):
         path = Path(tmp) / name
         write(trace, path)
         back = load(path)
-    assert_same(trace, back, ("spans", "accesses", "syncs", "attrs"))
+    assert_same(trace, back, ("spans", "accesses", "syncs", "attrs", "processes"))
     return back
 
 
