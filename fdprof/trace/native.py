@@ -96,21 +96,25 @@ class _File:
     role: str
     offset_ns: int
     strings: dict[int, str] = field(default_factory=dict)
-    spans: dict[str, np.ndarray] = field(default_factory=dict)
+    spans: dict[str, np.ndarray | pa.Array] = field(default_factory=dict)
     attrs: list[tuple[np.ndarray, np.ndarray, list[str] | np.ndarray]] = field(default_factory=list)
-    syncs: dict[str, np.ndarray] = field(default_factory=dict)
+    syncs: dict[str, np.ndarray | pa.Array] = field(default_factory=dict)
     contexts: np.ndarray | None = None
     thread_names: dict[int, str] = field(default_factory=dict)
     unended: int = 0
+    n_spans: int = 0
+    n_syncs: int = 0
 
-    def text(self, ids: np.ndarray, what: str) -> np.ndarray:
-        lookup = np.empty(max(self.strings, default=0) + 1, dtype=object)
+    def text(self, ids: np.ndarray, what: str) -> pa.Array:
+        """The strings of ``ids`` as an Arrow column, taken from one small table of this file's
+        strings: no Python string (or pointer to one) per row."""
+        lookup: list[str | None] = [None] * (max(self.strings, default=0) + 1)
         for sid, text in self.strings.items():
             lookup[sid] = text
-        used = np.unique(ids)
-        if len(used) and (used[-1] >= len(lookup) or np.equal(lookup[used], None).any()):
+        used = np.unique(ids).tolist()
+        if used and (used[-1] >= len(lookup) or any(lookup[i] is None for i in used)):
             raise FdprofError(f"record file of pid {self.pid}: {what} refers to an unknown string")
-        return lookup[ids]
+        return pa.array(lookup, pa.string()).take(ids)
 
 
 def _decode(path: Path) -> _File | None:
@@ -128,79 +132,88 @@ def _decode(path: Path) -> _File | None:
     if unknown:
         raise FdprofError(f"{path}: unknown record kind {min(unknown)} (not an fdprof/1 file?)")
 
-    def records(kind: R.Kind) -> np.ndarray:
+    def columns(kind: R.Kind, *names: str) -> list[np.ndarray]:
+        """Compact copies of some fields of every ``kind`` record (no names: whole records).
+        Copying whole records, whose field views kept them alive, raised a load's peak memory."""
         dt = _DTYPES[kind]
         view = np.ndarray((len(data) - dt.itemsize + 1,), dtype=dt, buffer=data, strides=(1,))
-        return view[offs[kinds == kind]]
+        at = offs[kinds == kind]
+        return [view[name][at] for name in names] if names else [view[at]]
 
     for off in offs[kinds == R.Kind.STRING].tolist():
         length = data[off + 2] | data[off + 3] << 8
         (sid,) = R.STRING.unpack_from(data, off + 8)
         out.strings[sid] = data[off + 12 : off + 8 + length].decode(errors="replace")
 
-    begin = records(R.Kind.SPAN_BEGIN)
-    end = records(R.Kind.SPAN_END)
-    span_id = begin["f0"].view(np.int64)
-    ends = np.full(len(begin), -1, dtype=np.int64)
-    pos = pd.Index(span_id).get_indexer(end["f0"].view(np.int64))
-    ends[pos[pos >= 0]] = end["f1"].view(np.int64)[pos >= 0] + out.offset_ns
+    span_id, parent_id, name_id, start, tid = columns(
+        R.Kind.SPAN_BEGIN, "f0", "f1", "f2", "f4", "tid"
+    )
+    span_id = span_id.view(np.int64)
+    end_id, end_t = columns(R.Kind.SPAN_END, "f0", "f1")
+    ends = np.full(len(span_id), -1, dtype=np.int64)
+    pos = pd.Index(span_id).get_indexer(end_id.view(np.int64))
+    ends[pos[pos >= 0]] = end_t[pos >= 0] + out.offset_ns
+    del end_id, end_t, pos
     out.unended = int((ends == -1).sum())
     out.spans = {
         "span_id": span_id,
-        "parent_id": begin["f1"].view(np.int64),
-        "name": out.text(begin["f2"], "a span name"),
-        "start": begin["f4"] + out.offset_ns,
+        "parent_id": parent_id.view(np.int64),
+        "name": out.text(name_id, "a span name"),
+        "start": start + out.offset_ns,
         "end": ends,
-        "tid": begin["tid"].astype(np.int64),
+        "tid": tid.astype(np.int64),
     }
+    out.n_spans = len(span_id)
 
-    _decode_attrs(data, offs, kinds, records, out)
+    _decode_attrs(data, offs, kinds, columns, out)
 
-    sync = records(R.Kind.SYNC)
-    ops = sync["f2"]
+    sync_span, obj, ops, seq, time, sync_tid = columns(
+        R.Kind.SYNC, "f0", "f1", "f2", "f3", "f4", "tid"
+    )
     if len(ops) and not np.isin(ops, (R.SyncOp.RELEASE, R.SyncOp.ACQUIRE)).all():
         raise FdprofError(f"{path}: sync record with an unknown op")
     out.syncs = {
         "op": np.where(ops == R.SyncOp.RELEASE, "release", "acquire").astype(object),
-        "obj": out.text(sync["f1"], "a sync object"),
-        "seq": sync["f3"],
-        "time": sync["f4"] + out.offset_ns,
-        "tid": sync["tid"].astype(np.int64),
-        "span_id": sync["f0"].view(np.int64),
+        "obj": out.text(obj, "a sync object"),
+        "seq": seq,
+        "time": time + out.offset_ns,
+        "tid": sync_tid.astype(np.int64),
+        "span_id": sync_span.view(np.int64),
     }
-    out.contexts = records(R.Kind.CONTEXT)
-    names = records(R.Kind.THREAD_NAME)
-    for tid, text in zip(
-        names["tid"].tolist(), out.text(names["f0"], "a thread name"), strict=True
+    out.n_syncs = len(ops)
+    (out.contexts,) = columns(R.Kind.CONTEXT)
+    name_tid, name_id = columns(R.Kind.THREAD_NAME, "tid", "f0")
+    for thread, text in zip(
+        name_tid.tolist(), out.text(name_id, "a thread name").to_pylist(), strict=True
     ):
-        out.thread_names[tid] = text
+        out.thread_names[thread] = text
     return out
 
 
-def _decode_attrs(data: bytes, offs: np.ndarray, kinds: np.ndarray, records, out: _File) -> None:
+def _decode_attrs(data: bytes, offs: np.ndarray, kinds: np.ndarray, columns, out: _File) -> None:
     """Attribute records as (span id, key, JSON text) columns in record order. Keys and values
     are Arrow strings built without a Python object per row where the type allows (ints)."""
-    ints = records(R.Kind.ATTR_INT)
-    floats = records(R.Kind.ATTR_FLOAT)
-    strs = records(R.Kind.ATTR_STR)
+    int_span, int_key, int_value = columns(R.Kind.ATTR_INT, "f0", "f1", "f3")
+    float_span, float_key, float_value = columns(R.Kind.ATTR_FLOAT, "f0", "f1", "f3")
+    str_span, str_key, str_value = columns(R.Kind.ATTR_STR, "f0", "f1", "f2")
     known = np.array(sorted(out.strings), dtype=np.int64)
     json_of = pa.array([C.attr_json(out.strings[int(i)]) for i in known], pa.string())
-    out.text(strs["f2"], "a string attribute")
-    str_pos = np.searchsorted(known, strs["f2"].astype(np.int64))
+    out.text(str_value, "a string attribute")
+    str_pos = np.searchsorted(known, str_value.astype(np.int64))
     parts: list[tuple[np.ndarray, np.ndarray, np.ndarray, pa.Array]] = [
         (
             offs[kinds == R.Kind.ATTR_INT],
-            ints["f0"],
-            ints["f1"],
-            pc.cast(pa.array(ints["f3"]), pa.string()),
+            int_span,
+            int_key,
+            pc.cast(pa.array(int_value), pa.string()),
         ),
         (
             offs[kinds == R.Kind.ATTR_FLOAT],
-            floats["f0"],
-            floats["f1"],
-            pa.array([C.attr_json(v) for v in floats["f3"].tolist()], pa.string()),
+            float_span,
+            float_key,
+            pa.array([C.attr_json(v) for v in float_value.tolist()], pa.string()),
         ),
-        (offs[kinds == R.Kind.ATTR_STR], strs["f0"], strs["f1"], json_of.take(str_pos)),
+        (offs[kinds == R.Kind.ATTR_STR], str_span, str_key, json_of.take(str_pos)),
     ]
     list_offs = offs[kinds == R.Kind.ATTR_INTS]
     list_ids, list_keys, list_values = [], [], []
@@ -298,15 +311,24 @@ def _share_clock(files: list[_File]) -> None:
 
 
 def _build(trace: Trace, files: list[_File], by_pid: dict[int, dict[str, Any]]) -> None:
-    def cat(table: str, name: str) -> np.ndarray:
-        return np.concatenate([getattr(f, table)[name] for f in files])
+    def cat(table: str, name: str) -> np.ndarray | pa.Array:
+        """One column of every file, each file's part dropped as soon as it is copied."""
+        parts = [getattr(f, table).pop(name) for f in files]
+        if isinstance(parts[0], pa.Array):
+            return pa.concat_arrays(parts)
+        return np.concatenate(parts)
 
-    def per_file(table: str, value) -> np.ndarray:
-        return np.concatenate([np.full(len(getattr(f, table)["tid"]), value(f)) for f in files])
+    def per_file(table: str, value) -> np.ndarray | pa.Array:
+        """A column holding each file's ``value`` on each of its rows (strings as Arrow)."""
+        values = [value(f) for f in files]
+        which = np.repeat(np.arange(len(files)), [getattr(f, f"n_{table}") for f in files])
+        if isinstance(values[0], str):
+            return pa.array(values, pa.string()).take(which)
+        return np.array(values, dtype=np.int64)[which]
 
     roles = {f.pid: by_pid.get(f.pid, {}).get("role") or f.role for f in files}
     span_id = cat("spans", "span_id")
-    parent_id = cat("spans", "parent_id").copy()
+    parent_id = cat("spans", "parent_id")
     trace_id = np.full(len(span_id), None, dtype=object)
     links = _contexts(files, span_id, parent_id, trace_id)
     attrs = [a for f in files for a in f.attrs]
@@ -326,7 +348,7 @@ def _build(trace: Trace, files: list[_File], by_pid: dict[int, dict[str, Any]]) 
         "pid": per_file("spans", lambda f: f.pid),
         "tid": cat("spans", "tid"),
         "role": per_file("spans", lambda f: roles[f.pid]),
-        "trace_id": _inherit(span_id, parent_id, trace_id),
+        "trace_id": pa.array(_inherit(span_id, parent_id, trace_id), pa.string()),
     }
     syncs = {k: cat("syncs", k) for k in ("op", "obj", "seq", "time", "tid", "span_id")}
     syncs["pid"] = per_file("syncs", lambda f: f.pid)
