@@ -66,11 +66,14 @@ def attrs_frame(span_ids: Any, keys: Any, values: Any) -> pd.DataFrame:
 
 
 def _values(attrs: pd.DataFrame, key: str) -> tuple[np.ndarray, pa.Array]:
-    rows = attrs[attrs["key"] == key]
-    values = pa.array(rows["value"])  # the Arrow data behind the column, not a copy per row
+    # only the two columns needed are filtered: copying whole rows (key included) of a key
+    # every span has, like ``fd.step``, was a large part of a load's peak memory
+    mask = (attrs["key"] == key).to_numpy(dtype=bool, na_value=False)
+    values = pa.array(attrs["value"])  # the Arrow data behind the column, not a copy per row
+    values = values.filter(pa.array(mask))
     if isinstance(values, pa.ChunkedArray):
         values = values.combine_chunks()
-    return rows["span_id"].to_numpy(dtype=np.int64), values.cast(pa.string())
+    return attrs["span_id"].to_numpy(dtype=np.int64)[mask], values.cast(pa.string())
 
 
 def _json_strings(values: pa.Array) -> pa.Array:
@@ -157,8 +160,11 @@ def accesses_from_attrs(attrs: pd.DataFrame) -> pd.DataFrame:
     if not parts:
         return empty("accesses")
     span_id = np.concatenate([p[0] for p in parts])
-    pool = np.concatenate([np.full(len(p[0]), p[1], dtype=object) for p in parts])
-    mode = np.concatenate([np.full(len(p[0]), p[2], dtype=object) for p in parts])
+    # Arrow columns taken from the few distinct texts: np.full(n, text, dtype=object) made a
+    # Python string per row
+    which = np.repeat(np.arange(len(parts)), [len(p[0]) for p in parts])
+    pool = pa.array([p[1] for p in parts], pa.string()).take(which)
+    mode = pa.array([p[2] for p in parts], pa.string()).take(which)
     block = np.concatenate([p[3] for p in parts])
     lo = lo_of.reindex(span_id).fillna(-1).to_numpy(dtype=np.int64)
     hi = hi_of.reindex(span_id).fillna(-1).to_numpy(dtype=np.int64)

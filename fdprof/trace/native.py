@@ -173,7 +173,7 @@ def _decode(path: Path) -> _File | None:
     if len(ops) and not np.isin(ops, (R.SyncOp.RELEASE, R.SyncOp.ACQUIRE)).all():
         raise FdprofError(f"{path}: sync record with an unknown op")
     out.syncs = {
-        "op": np.where(ops == R.SyncOp.RELEASE, "release", "acquire").astype(object),
+        "op": pa.array(["release", "acquire"], pa.string()).take(ops - R.SyncOp.RELEASE),
         "obj": out.text(obj, "a sync object"),
         "seq": seq,
         "time": time + out.offset_ns,
@@ -332,6 +332,8 @@ def _build(trace: Trace, files: list[_File], by_pid: dict[int, dict[str, Any]]) 
     trace_id = np.full(len(span_id), None, dtype=object)
     links = _contexts(files, span_id, parent_id, trace_id)
     attrs = [a for f in files for a in f.attrs]
+    for f in files:
+        f.attrs.clear()
     attrs.append(
         (
             np.array([sid for sid, _ in links], dtype=np.int64),
@@ -359,17 +361,13 @@ def _build(trace: Trace, files: list[_File], by_pid: dict[int, dict[str, Any]]) 
         "anchored": [True] * len(files),
         "dp_rank": [C.dp_rank(by_pid.get(f.pid, {}).get("dp_rank")) for f in files],
     }
-    assemble(
-        trace,
-        spans,
-        (
-            np.concatenate([a[0] for a in attrs]),
-            pa.concat_arrays([pa.array(a[1], pa.string()) for a in attrs]),
-            pa.concat_arrays([pa.array(a[2], pa.string()) for a in attrs]),
-        ),
-        syncs,
-        processes,
+    attr_columns = (
+        np.concatenate([a[0] for a in attrs]),
+        pa.concat_arrays([pa.array(a[1], pa.string()) for a in attrs]),
+        pa.concat_arrays([pa.array(a[2], pa.string()) for a in attrs]),
     )
+    attrs.clear()  # the per-file parts, so they are not alive beside the tables built from them
+    assemble(trace, spans, attr_columns, syncs, processes)
     trace.meta["thread_names"] = {
         f"{f.pid}/{tid}": name for f in files for tid, name in f.thread_names.items()
     }
