@@ -66,8 +66,8 @@ def attrs_frame(span_ids: Any, keys: Any, values: Any) -> pd.DataFrame:
 
 
 def _values(attrs: pd.DataFrame, key: str) -> tuple[np.ndarray, pa.Array]:
-    # only the two columns needed are filtered: copying whole rows (key included) of a key
-    # every span has, like ``fd.step``, was a large part of a load's peak memory
+    # only the two columns needed are filtered, not whole rows (the key column too) of a key
+    # that every span may have, like ``fd.step``
     mask = (attrs["key"] == key).to_numpy(dtype=bool, na_value=False)
     values = pa.array(attrs["value"])  # the Arrow data behind the column, not a copy per row
     values = values.filter(pa.array(mask))
