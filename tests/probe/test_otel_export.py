@@ -14,24 +14,27 @@ from pathlib import Path
 import pytest
 from otlp_receiver import Receiver, attrs
 
+# the span vocabulary is the engine's own, defined once in engine/instrument.py
+from engine.instrument import BATCH_SIZE as BATCH
+from engine.instrument import (
+    BLOCKS,
+    CPU_WRITE,
+    DIRECTION,
+    GPU_READ,
+    GPU_WRITE,
+    LOCK_WAIT,
+    REQUEST,
+    STEP,
+    SWAP,
+)
+from engine.instrument import EXECUTE_MODEL as EXEC
+from engine.instrument import ISSUE_SWAP_TASK as ISSUE
+from engine.instrument import LOCK_HOLDER as HOLDER
+from engine.instrument import QUEUE_SWAP as QUEUE
 from fdprof import probe
 from fdprof.errors import FdprofError
 from fdprof.probe.context import trace_id_for
 from fdprof.probe.otel_export import OtelExportObserver, observers_for
-
-REQUEST = probe.name("request", "engine")
-STEP = probe.name("step", "engine")
-ISSUE = probe.name("issue_swap_task", "cache_manager")
-SWAP = probe.name("swap", "transfer")
-EXEC = probe.name("execute_model", "worker")
-LOCK_WAIT = probe.name("lock_wait", "lock")
-DIRECTION = probe.key("swap.direction")
-BLOCKS = probe.key("swap.blocks")
-GPU_READ, GPU_WRITE = probe.key("kv.gpu_read"), probe.key("kv.gpu_write")
-CPU_WRITE = probe.key("kv.cpu_write")
-BATCH = probe.key("batch.size")
-HOLDER = probe.key("lock.holder")
-QUEUE = probe.obj("queue:swap")
 
 N_REQ = 4
 #: per request: request, step, lock_wait, issue_swap_task, swap, execute_model

@@ -10,28 +10,28 @@ from pathlib import Path
 
 import pytest
 
+# the engine's span vocabulary (engine/instrument.py), plus two keys only these tests use
+from engine.instrument import BATCH_SIZE as K_SIZE
+from engine.instrument import BLOCKS as K_BLOCKS
+from engine.instrument import CPU_WRITE as K_CPU_WRITE
+from engine.instrument import DIRECTION as K_DIR
+from engine.instrument import EXECUTE_MODEL as EXECUTE
+from engine.instrument import GPU_READ as K_GPU_READ
+from engine.instrument import GPU_WRITE as K_GPU_WRITE
+from engine.instrument import ISSUE_SWAP_TASK as ISSUE
+from engine.instrument import QUEUE_BATCH as Q_BATCH
+from engine.instrument import QUEUE_SWAP as Q_SWAP
+from engine.instrument import SIGNAL_SWAP_DONE as SIG_DONE
+from engine.instrument import STEP, SWAP
+from engine.instrument import STEP_ID as K_STEP
+from engine.instrument import TASK_ID as K_TASK
 from fdprof import probe
 from fdprof.probe.config import ProbeConfig
 
-DATA = Path(__file__).resolve().parents[2] / ".." / "shared" / "data"
-
-STEP = probe.name("step", "engine")
-ISSUE = probe.name("issue_swap_task", "cache")
-SWAP = probe.name("swap", "transfer")
-EXECUTE = probe.name("execute_model", "worker")
-K_STEP = probe.key("fd.step")
-K_TASK = probe.key("swap.task_id")
-K_DIR = probe.key("swap.direction")
-K_BLOCKS = probe.key("swap.blocks")
-K_GPU_READ = probe.key("kv.gpu_read")
-K_GPU_WRITE = probe.key("kv.gpu_write")
-K_CPU_WRITE = probe.key("kv.cpu_write")
 K_LAYERS = probe.key("kv.layers")
-K_SIZE = probe.key("batch.size")
 K_RATIO = probe.key("batch.ratio")
-Q_SWAP = probe.obj("queue:swap")
-SIG_DONE = probe.obj("signal:swap_done")
-Q_BATCH = probe.obj("queue:batch")
+
+DATA = Path(__file__).resolve().parents[2] / ".." / "shared" / "data"
 
 STEPS = 3
 
