@@ -177,14 +177,17 @@ def run_ab(
     ideal = ideal_ratio(
         pd.concat([r.breakdown for r in outcomes if r.mode == "ipc"]), seed=config.seed
     )
-    return ABResult({**_plain(config), "runs_per_mode": runs}, outcomes, gain, ideal, out_dir)
+    return ABResult({**asdict(config), "runs_per_mode": runs}, outcomes, gain, ideal, out_dir)
 
 
 def analyse_run(mode: str, index: int, seed: int, results: dict, trace: Trace) -> RunOutcome:
-    hazards = find_hazards(trace)
+    """Hazards, step breakdown and timeline of one run; on the baseline also the lock what-if,
+    whose with-lock half is the run's hazard report (so the detector runs once per edge set)."""
+    what_if = what_if_drop_lock(trace) if mode == "ipc" else None
+    hazards = what_if.with_lock if what_if is not None else find_hazards(trace)
     outcome = RunOutcome(mode, index, seed, results, hazards.counts, step_breakdown(trace))
-    if mode == "ipc":
-        outcome.what_if_newly_unordered = len(what_if_drop_lock(trace).newly_unordered)
+    if what_if is not None:
+        outcome.what_if_newly_unordered = len(what_if.newly_unordered)
     outcome.timeline, outcome.timeline_window = _timeline_excerpt(trace)
     return outcome
 
@@ -205,7 +208,3 @@ def _timeline_excerpt(trace: Trace) -> tuple[list, tuple[float, float]]:
         boxes = [(s / 1e6, e / 1e6, kind) for s, e in zip(sel["start"], sel["end"], strict=True)]
         lanes.append((span_name, boxes))
     return lanes, (t0 / 1e6, t1 / 1e6)
-
-
-def _plain(config) -> dict[str, Any]:
-    return asdict(config)
