@@ -35,8 +35,8 @@ def register(subparsers) -> None:
 
 def handle(args: argparse.Namespace) -> int:
     trace = load(args.trace, join=args.join)
-    report = find_hazards(trace)
     what_if = what_if_drop_lock(trace) if args.what_if == "drop-lock" else None
+    report = what_if.with_lock if what_if is not None else find_hazards(trace)
     if args.json:
         doc = report.to_json()
         if what_if is not None:
