@@ -209,8 +209,11 @@ def test_unreachable_endpoint_does_not_hang_and_counts_drops(tmp_path, monkeypat
     (obs,) = observers_for(config)
     run_processes(tmp_path, [obs])
     dropped = re.compile(r'fd_probe_dropped_total\{[^}]*role="engine",sink="otlp"\} ([0-9.]+)')
+    live = 0.0
     for _ in range(600):  # drops show while the run goes on, not only at the end
-        live = float(dropped.search(scrape(obs.prometheus.port)).group(1))
+        # the series exists once the tail thread has opened the engine's records
+        found = dropped.search(scrape(obs.prometheus.port))
+        live = float(found.group(1)) if found else 0.0
         if live > 0:
             break
         time.sleep(0.1)

@@ -158,43 +158,6 @@ def header_pid(path) -> int:
     return R.read_header(path.read_bytes()).pid
 
 
-def _writer(path: str, impl: str, count: int, ready) -> None:
-    os.environ["FDPROF_RECORDER"] = impl
-    rec = open_recorder(path, "worker")
-    ready.set()
-    n, k = name("execute_model", "execute_model"), key("kv.gpu_read")
-    for i in range(count):
-        sid = rec.begin(n)
-        rec.set_ints(sid, k, [i, i + 1])
-        rec.end(sid)
-    rec.close()
-
-
-def test_tail_while_writing_sees_only_whole_records(tmp_path, impl):
-    """A reader polling the live file decodes every record exactly, with no torn one."""
-    path = tmp_path / "live.rec"
-    ctx = mp.get_context("spawn")
-    ready = ctx.Event()
-    proc = ctx.Process(target=_writer, args=(str(path), impl, 20_000, ready))
-    proc.start()
-    assert ready.wait(60)
-    offset, seen, strings = R.FILE_HEADER.size, [], {}
-    while True:
-        alive = proc.is_alive()
-        data = path.read_bytes()
-        for kind, _flags, _tid, fields, nxt in R.iter_records(data, offset):
-            if kind == R.Kind.STRING:
-                strings[fields[0]] = fields[1]
-            elif kind == R.Kind.ATTR_INTS:
-                assert strings[fields[1]] == "kv.gpu_read"
-                seen.append(fields[2])
-            offset = nxt
-        if not alive:
-            break
-    proc.join(10)
-    assert seen == [[i, i + 1] for i in range(20_000)]
-
-
 def _inherited(rec) -> None:
     n = name("swap", "swap")
     for _ in range(1000):
