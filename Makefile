@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed-stamp
 
 .PHONY: demo test lint bench traces clean
 
-$(STAMP): pyproject.toml $(wildcard setup.py)
+$(STAMP): pyproject.toml $(wildcard setup.py fdprof/*/*.c)
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q torch==2.13.0

@@ -1,6 +1,6 @@
-"""C builds of the package: the native recorder extension and the NVTX capture library.
+"""C builds of the package: the native recorder, the record framing walk, the NVTX capture library.
 
-Metadata lives in pyproject.toml; this file only declares the two C targets. The NVTX v3
+Metadata lives in pyproject.toml; this file only declares the C targets. The NVTX v3
 headers come from the ``nvidia-nvtx`` wheel (the ``build`` extra), found at build time.
 """
 
@@ -29,6 +29,7 @@ setup(
         Extension(
             "fdprof.probe._recorder", ["fdprof/probe/_recorder.c"], extra_compile_args=CFLAGS
         ),
+        Extension("fdprof.probe._records", ["fdprof/probe/_records.c"], extra_compile_args=CFLAGS),
         # not a Python module: a shared library NVTX loads through NVTX_INJECTION64_PATH
         Extension(
             "fdprof.capture._nvtx_inject",

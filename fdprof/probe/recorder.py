@@ -24,8 +24,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from fdprof.probe import records as R
+from fdprof.probe.records import CHUNK
 
-CHUNK = 1 << 20
 #: span ids are unique per run: ``pid << PID_SHIFT | counter``
 PID_SHIFT = 40
 #: the record header's u16 length bounds a payload

@@ -13,11 +13,16 @@ binds an id to UTF-8 text once per process, and later records carry only the id.
 from __future__ import annotations
 
 import struct
+from array import array
 from collections.abc import Iterator
 from enum import IntEnum
 from typing import NamedTuple
 
+import numpy as np
+
 MAGIC = b"FDPROF1\n"
+#: files grow in chunks of this size; a record never straddles two
+CHUNK = 1 << 20
 #: magic, pid, clock anchor (monotonic ns, epoch ns), role string (utf-8, 32 bytes, NUL padded)
 FILE_HEADER = struct.Struct("<8sIqq32s")
 RECORD_HEADER = struct.Struct("<BBHI")
@@ -88,7 +93,7 @@ def read_header(data: bytes | memoryview) -> FileHeader:
 
 
 def iter_records(
-    data: bytes | memoryview, offset: int = FILE_HEADER.size, chunk: int = 1 << 20
+    data: bytes | memoryview, offset: int = FILE_HEADER.size, chunk: int = CHUNK
 ) -> Iterator[tuple[int, int, int, tuple, int]]:
     """Yield ``(kind, flags, tid, fields, next_offset)`` for each complete record from ``offset``.
 
@@ -122,3 +127,35 @@ def iter_records(
             fields = layout.unpack_from(data, body)
         yield kind, flags, tid, fields, end
         offset = end
+
+
+def record_offsets(data: bytes, start: int = FILE_HEADER.size) -> np.ndarray:
+    """Offsets (int64) of the complete records of ``data``, framed as :func:`iter_records`
+    frames them. The walk is serial (records vary in length), so it runs in C
+    (``fdprof.probe._records``) where that is built; this loop is its reference twin."""
+    if _c_offsets is not None:
+        return np.frombuffer(_c_offsets(data, start, CHUNK), dtype=np.int64)
+    return _python_offsets(data, start)
+
+
+def _python_offsets(data: bytes, start: int) -> np.ndarray:
+    offs = array("q")
+    append = offs.append
+    size = len(data)
+    off = start
+    while off + RECORD_HEADER.size <= size:
+        if data[off] == 0:
+            off = (off // CHUNK + 1) * CHUNK
+            continue
+        end = off + RECORD_HEADER.size + (data[off + 2] | data[off + 3] << 8)
+        if end > size:
+            break
+        append(off)
+        off = end
+    return np.frombuffer(offs, dtype=np.int64)
+
+
+try:
+    from fdprof.probe._records import offsets as _c_offsets
+except ImportError:  # a source checkout not built: the Python walk, same result
+    _c_offsets = None

@@ -14,7 +14,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from fdprof.probe import records as R
-from fdprof.probe.recorder import CHUNK
 
 _NO_CHUNK = 1 << 62
 
@@ -52,7 +51,7 @@ class RecordTail:
             for kind, flags, tid, fields, nxt in R.iter_records(data, 0, _NO_CHUNK):
                 self._offset = start + nxt
                 yield kind, flags, tid, fields
-            boundary = (self._offset // CHUNK + 1) * CHUNK
+            boundary = (self._offset // R.CHUNK + 1) * R.CHUNK
             if boundary >= size or not _zero_kind(self._fd, self._offset):
                 return
             self._offset = boundary  # the file grew past this chunk: its tail is unused

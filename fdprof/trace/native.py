@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import re
 import struct
-from array import array
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,7 +27,6 @@ import pyarrow.compute as pc
 
 from fdprof.errors import FdprofError
 from fdprof.probe import records as R
-from fdprof.probe.recorder import CHUNK
 from fdprof.trace import conventions as C
 from fdprof.trace.assemble import assemble
 from fdprof.trace.model import Trace
@@ -69,25 +67,6 @@ _VARIABLE = (R.Kind.STRING, R.Kind.ATTR_INTS)
 _KNOWN = set(_DTYPES) | set(_VARIABLE)
 
 
-def _offsets(data: bytes, start: int) -> np.ndarray:
-    """Offsets of the complete records of ``data`` (see :func:`fdprof.probe.records.iter_records`
-    for the framing rules this follows: zero kind skips to the next chunk, a cut record ends)."""
-    offs = array("q")
-    append = offs.append
-    size = len(data)
-    off = start
-    while off + 8 <= size:
-        if data[off] == 0:
-            off = (off // CHUNK + 1) * CHUNK
-            continue
-        end = off + 8 + (data[off + 2] | data[off + 3] << 8)
-        if end > size:
-            break
-        append(off)
-        off = end
-    return np.frombuffer(offs, dtype=np.int64)
-
-
 @dataclass
 class _File:
     """The decoded columns of one record file (times still monotonic)."""
@@ -126,7 +105,7 @@ def _decode(path: Path) -> _File | None:
     except ValueError as exc:
         raise FdprofError(f"{path}: {exc}") from None
     out = _File(header.pid, header.role, header.epoch_anchor_ns - header.mono_anchor_ns)
-    offs = _offsets(data, R.FILE_HEADER.size)
+    offs = R.record_offsets(data)
     kinds = np.frombuffer(data, dtype=np.uint8)[offs]
     unknown = set(np.unique(kinds).tolist()) - _KNOWN
     if unknown:
