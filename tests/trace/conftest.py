@@ -31,8 +31,6 @@ from fdprof.probe.config import ProbeConfig
 K_LAYERS = probe.key("kv.layers")
 K_RATIO = probe.key("batch.ratio")
 
-DATA = Path(__file__).resolve().parents[2] / ".." / "shared" / "data"
-
 STEPS = 3
 
 

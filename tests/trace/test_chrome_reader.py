@@ -2,7 +2,7 @@ import gzip
 import json
 
 import pytest
-from conftest import DATA
+from shared_data import DATA
 
 from fdprof.errors import FdprofError
 from fdprof.trace import load

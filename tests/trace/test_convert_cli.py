@@ -4,8 +4,8 @@ import subprocess
 import sys
 
 import pytest
-from conftest import DATA
 from roundtrip import assert_same
+from shared_data import DATA
 
 from fdprof.trace import load
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_nsys import PUSHPOP, build_export
+from nsys_export import PUSHPOP, build_export
 
 from fdprof.errors import FdprofError
 from fdprof.trace import load, otlp, perfetto

@@ -1,4 +1,4 @@
-from conftest import DATA
+from shared_data import DATA
 
 from fdprof.trace import load, merge
 
