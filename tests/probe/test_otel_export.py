@@ -124,8 +124,9 @@ def test_spans_resources_links_and_metrics_over_otlp(tmp_path, impl, monkeypatch
         config = probe.ProbeConfig(**{**config.__dict__, "otlp_endpoint": rx.endpoint})
         (obs,) = observers_for(config)
         infos = run_processes(tmp_path, [obs])
-        obs._stop.wait(0.5)  # let the tailer catch up before scraping
-        text = scrape(obs.prometheus.port)
+        worker = 'dp_rank="0",kv_lock="ipc",role="worker"'
+        tokens = f"fd_generated_tokens_total{{{worker}}} {3.0 * N_REQ}"
+        text = _scrape_once_tailed(obs, tokens)
         openmetrics = scrape(obs.prometheus.port, "application/openmetrics-text; version=1.0.0")
         obs.stop()
         spans = rx.spans()
@@ -172,16 +173,26 @@ def test_spans_resources_links_and_metrics_over_otlp(tmp_path, impl, monkeypatch
     assert 'fd_swap_overlap_seconds_total{dp_rank="0",kv_lock="ipc",role="engine"} 0.0' in text
     assert 'fd_probe_dropped_total{dp_rank="0",kv_lock="ipc",role="engine",sink="otlp"} 0.0' in text
     assert 'fd_swapped_blocks_total{direction="to_cpu",dp_rank="0",kv_lock="ipc",' in text
-    assert (
-        f'fd_generated_tokens_total{{dp_rank="0",kv_lock="ipc",role="worker"}} {3.0 * N_REQ}'
-        in (text)
-    )
+    assert tokens in text
     assert 'fd_lock_wait_seconds_count{dp_rank="0",holder="worker",kv_lock="ipc"' in text
 
 
 def scrape(port: int, accept: str = "text/plain") -> str:
     req = urllib.request.Request(f"http://127.0.0.1:{port}/metrics", headers={"Accept": accept})
     return urllib.request.urlopen(req, timeout=30).read().decode()
+
+
+def _scrape_once_tailed(obs, last: str, timeout_s: float = 60.0) -> str:
+    """A scrape taken once the tailer has built every span and metered the last one (``last``
+    is in the text): a loaded machine may take seconds to catch up."""
+    deadline = time.monotonic() + timeout_s
+    while obs.stats.get("spans_built", 0) < SPANS and time.monotonic() < deadline:
+        time.sleep(0.05)
+    text = scrape(obs.prometheus.port)
+    while last not in text and time.monotonic() < deadline:
+        time.sleep(0.05)
+        text = scrape(obs.prometheus.port)
+    return text
 
 
 def _closed_port() -> str:
