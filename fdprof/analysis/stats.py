@@ -1,7 +1,10 @@
 """Spread and ratio statistics: every number a comparison reports carries its uncertainty.
 
 The ratio CI is a seeded percentile bootstrap, each sample resampled on its own (the two
-runs are independent), so the same inputs always give the same interval.
+runs are independent), so the same inputs always give the same interval. Where the mix of
+units is fixed by design (a workload has so many prefill steps and so many decode steps),
+units are resampled within strata, so the interval reflects how long the work took, not a
+redrawn workload.
 """
 
 from __future__ import annotations
@@ -71,18 +74,21 @@ def ratio_ci(
     confidence: float = 0.95,
     n_boot: int = 2000,
     seed: int = 0,
+    strata: tuple[Any, Any] | None = None,
 ) -> RatioCI:
     """``statistic(new) / statistic(base)`` and its percentile-bootstrap CI, the two samples
     resampled independently. Samples are 1-D, or (n, 2) rows of (amount, time) for
-    ``statistic="rate"``."""
+    ``statistic="rate"``. ``strata``: a label per unit of (base, new); each stratum is then
+    resampled on its own, keeping its size."""
     stat = _statistic(statistic, confidence)
     b, n = _sample(base), _sample(new)
+    sb, sn = strata if strata is not None else (None, None)
     denom = _whole(stat, b)
     if denom == 0:
         raise FdprofError(f"the base {statistic} is 0: no ratio")
     rng = np.random.default_rng(seed)
     with np.errstate(divide="ignore", invalid="ignore"):
-        ratios = _resample(n, stat, n_boot, rng) / _resample(b, stat, n_boot, rng)
+        ratios = _resample(n, stat, n_boot, rng, sn) / _resample(b, stat, n_boot, rng, sb)
     return _interval(_whole(stat, n) / denom, ratios, confidence, statistic, n_boot, seed)
 
 
@@ -137,13 +143,23 @@ def _sample(values: Any) -> np.ndarray:
     return a
 
 
-def _resample(a: np.ndarray, stat: Statistic, n_boot: int, rng: np.random.Generator):
-    """``n_boot`` bootstrap replicates of ``stat(a)``, in chunks that bound memory."""
+def _resample(
+    a: np.ndarray, stat: Statistic, n_boot: int, rng: np.random.Generator, strata: Any = None
+) -> np.ndarray:
+    """``n_boot`` bootstrap replicates of ``stat(a)``, in chunks that bound memory; with
+    ``strata`` (a label per row), rows are drawn within their stratum."""
+    groups = [np.arange(len(a))]
+    if strata is not None:
+        labels = np.asarray(strata)
+        if len(labels) != len(a):
+            raise FdprofError(f"{len(labels)} strata labels for {len(a)} units")
+        groups = [np.flatnonzero(labels == v) for v in np.unique(labels)]
     out = np.empty(n_boot)
     chunk = max(1, 4_000_000 // len(a))
     for i in range(0, n_boot, chunk):
         k = min(chunk, n_boot - i)
-        out[i : i + k] = stat(a, rng.integers(0, len(a), (k, len(a))))
+        idx = [g[rng.integers(0, len(g), (k, len(g)))] for g in groups]
+        out[i : i + k] = stat(a, np.concatenate(idx, axis=1))
     return out
 
 

@@ -13,7 +13,15 @@ from fdprof.trace import load
 
 
 def register(subparsers) -> None:
-    p = subparsers.add_parser("diff", help="compare two traces: throughput, latency, time moved")
+    p = subparsers.add_parser(
+        "diff",
+        help="compare two traces: throughput, latency, time moved",
+        description="Throughput and step latency of NEW against BASE as ratios with 95% "
+        "bootstrap CIs (steps resampled; for tokens/s within token-count classes, so the "
+        "workload's prefill/decode mix is held fixed), time by span name and role, locks, "
+        "swap time overlapped with execute_model, and each step's time split into compute, "
+        "lock wait, swap blocking and idle. Any two traces fdprof loads.",
+    )
     p.add_argument("base", type=Path, help="baseline run directory or trace file")
     p.add_argument("new", type=Path, help="run directory or trace file to compare")
     p.add_argument(

@@ -31,6 +31,34 @@ def test_rate_statistic_is_total_over_total():
     assert paired_ratio_ci([4, 4], [2, 2]).ratio == pytest.approx(2.0)
 
 
+def _mixed_steps(rng, speed: float) -> np.ndarray:
+    """(tokens, seconds) per step: 90 decode steps of 8 tokens, 10 prefill steps of 400; a step
+    costs a fixed overhead plus its tokens, so tokens per second differ by class."""
+    tokens = np.array([8.0] * 90 + [400.0] * 10)
+    seconds = (1.0 + tokens / 100) / speed * rng.uniform(0.9, 1.1, len(tokens))
+    return np.column_stack([tokens, seconds])
+
+
+def test_strata_keep_a_fixed_mix_out_of_the_interval():
+    rng = np.random.default_rng(4)
+    base, new = _mixed_steps(rng, 100.0), _mixed_steps(rng, 110.0)
+    classes = (base[:, 0] > 100, new[:, 0] > 100)
+    plain = ratio_ci(base, new, "rate", seed=1)
+    stratified = ratio_ci(base, new, "rate", seed=1, strata=classes)
+    assert stratified.ratio == plain.ratio == pytest.approx(1.1, rel=0.03)
+    assert stratified.lo > 1.0 and stratified.lo <= 1.1 <= stratified.hi
+    assert stratified.hi - stratified.lo < (plain.hi - plain.lo) / 2
+
+
+def test_one_stratum_is_the_plain_bootstrap():
+    rng = np.random.default_rng(5)
+    base, new = rng.normal(100, 5, 40), rng.normal(110, 5, 40)
+    one = (np.zeros(40), np.zeros(40))
+    assert ratio_ci(base, new, seed=2, strata=one) == ratio_ci(base, new, seed=2)
+    with pytest.raises(FdprofError, match="strata labels"):
+        ratio_ci(base, new, strata=(np.zeros(3), np.zeros(40)))
+
+
 @pytest.mark.parametrize(
     ("base", "new", "kw", "match"),
     [([], [1.0], {}, "at least one"), ([0.0], [1.0], {}, "is 0"),
