@@ -3,6 +3,9 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
+# Grafana's dashboard schema and the TypeScript compiler, pinned, for the dashboards' schema test
+SCHEMA := tests/dashboards/grafana_schema
+SCHEMA_STAMP := $(SCHEMA)/node_modules/.installed-stamp
 
 .PHONY: demo test lint bench traces clean
 
@@ -16,10 +19,18 @@ $(STAMP): pyproject.toml $(wildcard setup.py fdprof/*/*.c)
 
 venv: $(STAMP)
 
+$(SCHEMA_STAMP): $(SCHEMA)/package.json $(SCHEMA)/package-lock.json
+	@if command -v npm >/dev/null 2>&1; then \
+		(cd $(SCHEMA) && npm ci --silent --no-audit --no-fund && touch node_modules/.installed-stamp) \
+			|| echo "make: npm ci failed; the Grafana schema test will fail"; \
+	else \
+		echo "make: npm not found; the Grafana schema test will fail (apt-get install nodejs npm)"; \
+	fi
+
 demo: $(STAMP)
 	$(VENV)/bin/fdprof ab --out out/demo
 
-test: $(STAMP)
+test: $(STAMP) $(SCHEMA_STAMP)
 	$(PY) -m pytest -q
 
 lint: $(STAMP)
@@ -33,4 +44,4 @@ traces: $(STAMP)
 	$(PY) traces/regenerate.py
 
 clean:
-	rm -rf $(VENV) out build *.egg-info
+	rm -rf $(VENV) out build *.egg-info $(SCHEMA)/node_modules

@@ -27,7 +27,6 @@ def datasource_variable(name: str, kind: str, label: str) -> dict:
         "query": kind,
         "refresh": 1,
         "hide": 0,
-        "current": {},
         "options": [],
         "regex": "",
     }
@@ -40,7 +39,6 @@ def label_variable(name: str, label: str, datasource: dict, metric: str, label_n
         "label": label,
         "type": "query",
         "datasource": datasource,
-        "definition": f"label_values({metric}, {label_name})",
         "query": f"label_values({metric}, {label_name})",
         "refresh": 2,
         "multi": True,
@@ -205,4 +203,7 @@ def dashboards_link() -> dict:
         "asDropdown": True,
         "includeVars": True,
         "keepTime": True,
+        "icon": "external link",
+        "targetBlank": False,
+        "tooltip": "",
     }

@@ -1,0 +1,90 @@
+"""The dashboards type-check against Grafana's own published dashboard schema.
+
+``@grafana/schema`` (npm, pinned in ``grafana_schema/package.json``) is the schema Grafana's
+code is built from, as TypeScript types. Each committed dashboard becomes a typed object literal
+(``const d: Dashboard = {...}``), so the compiler rejects a missing required field, a wrong type
+and an unknown property. ``make test`` installs the pinned packages when npm is present;
+``.ci/run`` installs Node.js from Debian where it is missing.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+PACKAGES = HERE / "grafana_schema" / "node_modules"
+TSC = PACKAGES / "typescript" / "bin" / "tsc"
+DASHBOARDS = HERE.parents[1] / "dashboards"
+
+
+def _typed_module(dashboard: dict) -> str:
+    return (
+        "import type { Dashboard } from '@grafana/schema';\n\n"
+        f"export const dashboard: Dashboard = {json.dumps(dashboard, indent=1)};\n"
+    )
+
+
+def _compile(tmp_path: Path, dashboards: dict[str, dict]) -> dict[str, list[str]]:
+    """Type-check one module per dashboard; the compiler's errors, by dashboard name."""
+    node = shutil.which("node")
+    if node is None or not TSC.exists():
+        pytest.fail(
+            "Node.js and the pinned npm packages are needed: apt-get install nodejs npm, then "
+            "make test (it runs npm ci in tests/dashboards/grafana_schema; .ci/run does both)"
+        )
+    files = []
+    for name, dashboard in dashboards.items():
+        path = tmp_path / f"{name}.ts"
+        path.write_text(_typed_module(dashboard))
+        files.append(path.name)
+    options = {
+        "strict": True,
+        "noEmit": True,
+        "skipLibCheck": True,
+        "target": "es2020",
+        "module": "esnext",
+        "moduleResolution": "bundler",
+        "paths": {"@grafana/schema": [str(PACKAGES / "@grafana" / "schema")]},
+    }
+    (tmp_path / "tsconfig.json").write_text(
+        json.dumps({"compilerOptions": options, "files": files})
+    )
+    run = subprocess.run(
+        [node, str(TSC), "-p", str(tmp_path), "--pretty", "false"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    errors: dict[str, list[str]] = {name: [] for name in dashboards}
+    for line in run.stdout.splitlines():
+        found = re.match(r"(.+?)\.ts\(\d+,\d+\): error (TS\d+: .*)", line)
+        if found:
+            errors[Path(found.group(1)).name].append(found.group(2))
+        elif line.strip():
+            errors.setdefault("(tsc)", []).append(line)
+    if run.returncode not in (0, 2) or (run.returncode == 2 and not any(errors.values())):
+        pytest.fail(f"tsc failed to run ({run.returncode}): {run.stdout[-2000:]}{run.stderr}")
+    return errors
+
+
+def test_dashboards_match_grafanas_schema_and_a_broken_one_does_not(tmp_path):
+    committed = {p.stem: json.loads(p.read_text()) for p in sorted(DASHBOARDS.glob("*.json"))}
+    assert committed, f"no dashboards in {DASHBOARDS}"
+    broken = json.loads(json.dumps(next(iter(committed.values()))))
+    broken["panels"][0]["gridpos"] = broken["panels"][0].pop("gridPos")  # misspelt field
+    broken["links"][0].pop("icon")  # a required field left out
+    broken["refresh"] = 30  # a number where the schema wants a string
+    errors = _compile(tmp_path, {**committed, "broken": broken})
+    assert {name: errors[name] for name in committed} == dict.fromkeys(committed, [])
+    assert "(tsc)" not in errors
+    found = errors["broken"]
+    assert len(found) == 3, found
+    assert any('"gridpos"\' does not exist' in e for e in found)
+    assert any("Property 'icon' is missing" in e for e in found)
+    assert any("'number' is not assignable to type 'string'" in e for e in found)
