@@ -61,6 +61,7 @@ _DTYPES = {
         (R.Kind.SYNC, R.SYNC),
         (R.Kind.THREAD_NAME, R.THREAD_NAME),
         (R.Kind.CONTEXT, R.CONTEXT),
+        (R.Kind.ATTR_INTS, R.ATTR_INTS),  # the fixed part; the values follow
     )
 }
 _VARIABLE = (R.Kind.STRING, R.Kind.ATTR_INTS)
@@ -195,21 +196,8 @@ def _decode_attrs(data: bytes, offs: np.ndarray, kinds: np.ndarray, columns, out
         (offs[kinds == R.Kind.ATTR_STR], str_span, str_key, json_of.take(str_pos)),
     ]
     list_offs = offs[kinds == R.Kind.ATTR_INTS]
-    list_ids, list_keys, list_values = [], [], []
-    for off in list_offs.tolist():
-        span, key, count = R.ATTR_INTS.unpack_from(data, off + 8)
-        values = np.frombuffer(data, dtype="<i4", count=count, offset=off + 8 + R.ATTR_INTS.size)
-        list_ids.append(span)
-        list_keys.append(key)
-        list_values.append(C.attr_json(values.tolist()))
-    parts.append(
-        (
-            list_offs,
-            np.array(list_ids, dtype=np.uint64),
-            np.array(list_keys, dtype=np.uint32),
-            pa.array(list_values, pa.string()),
-        )
-    )
+    list_span, list_key, counts = columns(R.Kind.ATTR_INTS, "f0", "f1", "f2")
+    parts.append((list_offs, list_span, list_key, _int_lists_json(data, list_offs, counts)))
     order = np.argsort(np.concatenate([p[0] for p in parts]), kind="stable")
     span_ids = np.concatenate([p[1].astype(np.uint64) for p in parts]).view(np.int64)[order]
     key_ids = np.concatenate([p[2].astype(np.int64) for p in parts])[order]
@@ -218,6 +206,22 @@ def _decode_attrs(data: bytes, offs: np.ndarray, kinds: np.ndarray, columns, out
     keys = names.take(np.searchsorted(known, key_ids))
     values = pa.concat_arrays([p[3] for p in parts]).take(order)
     out.attrs.append((span_ids, keys, values))
+
+
+def _int_lists_json(data: bytes, offs: np.ndarray, counts: np.ndarray) -> pa.Array:
+    """Each ATTR_INTS record's values as compact JSON text (``[1,2]``, as
+    :func:`~fdprof.trace.conventions.attr_json` writes it), gathered and joined in numpy and
+    Arrow rather than one Python list per record."""
+    counts = counts.astype(np.int64)
+    ends = np.cumsum(counts)
+    first = offs + R.RECORD_HEADER.size + R.ATTR_INTS.size  # byte offset of each first value
+    position = np.arange(int(ends[-1]) if len(ends) else 0) - np.repeat(ends - counts, counts)
+    at = np.repeat(first, counts) + 4 * position
+    # an int32 at every byte offset (stride 1): records, and so values, are not aligned
+    ints = np.ndarray((max(len(data) - 3, 0),), dtype="<i4", buffer=data, strides=(1,))
+    text = pc.cast(pa.array(ints[at]), pa.string())
+    lists = pa.LargeListArray.from_arrays(pa.array(np.concatenate([[0], ends])), text)
+    return pc.binary_join_element_wise("[", pc.binary_join(lists, ","), "]", "")
 
 
 def _manifest(path: Path, trace: Trace) -> dict[str, Any]:

@@ -1,10 +1,14 @@
 import json
+import os
 import shutil
 
 import pytest
 
+from fdprof import probe
 from fdprof.errors import FdprofError
 from fdprof.probe import records as R
+from fdprof.probe.recorder import open_recorder
+from fdprof.trace import conventions as C
 from fdprof.trace import load
 from fdprof.trace.native import RUN_FORMAT
 
@@ -162,3 +166,20 @@ def test_unknown_record_kind_is_an_error(engine_run, tmp_path):
 def test_missing_path_is_an_error(tmp_path):
     with pytest.raises(FdprofError, match="no such file"):
         load(tmp_path / "nope")
+
+
+def test_int_list_attributes_read_as_their_canonical_json(tmp_path):
+    """Lists of every length and sign, unaligned in the file, read back as ``attr_json`` text."""
+    lists = [[], [0], [-5, 2**31 - 1, -(2**31)], list(range(300)), [7] * 3]
+    rec = open_recorder(tmp_path / f"worker-0-{os.getpid()}.rec", "worker")
+    name, key = probe.name("execute_model", "execute_model"), probe.key("kv.gpu_read")
+    for i, values in enumerate(lists):
+        sid = rec.begin(name)
+        rec.set_str(sid, probe.key("pad"), "x" * i)  # shifts the next record's alignment
+        rec.set_ints(sid, key, values)
+        rec.end(sid)
+    rec.close()
+    trace = load(tmp_path)
+    got = trace.attrs[trace.attrs["key"] == "kv.gpu_read"]
+    order = trace.spans.set_index("span_id")["start"].reindex(got["span_id"]).argsort()
+    assert got["value"].iloc[order].tolist() == [C.attr_json(v) for v in lists]
