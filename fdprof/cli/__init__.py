@@ -8,8 +8,10 @@ import argparse
 import importlib
 import pkgutil
 import sys
+from pathlib import Path
 
 from fdprof.errors import FdprofError
+from fdprof.trace import Trace, load
 
 
 class _Parser(argparse.ArgumentParser):
@@ -17,6 +19,19 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str):  # type: ignore[override]
         self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def warn(args: argparse.Namespace, message: object) -> None:
+    """A warning on stderr, one line, named after the command (as errors are in :func:`main`)."""
+    print(f"fdprof {args.command}: warning: {message}", file=sys.stderr)
+
+
+def load_trace(args: argparse.Namespace, path: Path, join: Path | None = None) -> Trace:
+    """``fdprof.trace.load`` for a command's TRACE argument, its reader's warnings on stderr."""
+    trace = load(path, join=join)
+    for warning in trace.meta.get("warnings", []):
+        warn(args, warning)
+    return trace
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import sys
 import warnings
 
 from fdprof.capture.plan import CapturePlan
+from fdprof.cli import warn
 
 
 def add_engine_arguments(p: argparse.ArgumentParser, with_lock: bool = True) -> None:
@@ -45,7 +45,7 @@ def engine_config(args: argparse.Namespace, kv_lock: str | None = None):
             warnings.simplefilter("always", DeprecatedSetting)
             kv_lock = resolve_kv_lock(args.kv_lock)
         for w in caught:
-            print(f"fdprof {args.command}: warning: {w.message}", file=sys.stderr)
+            warn(args, w.message)
     return EngineConfig(
         kv_lock=kv_lock,
         device=args.device,

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
-from fdprof.trace import WRITERS, load, save
+from fdprof.cli import load_trace
+from fdprof.trace import WRITERS, save
 
 
 def register(subparsers) -> None:
@@ -27,9 +27,7 @@ def register(subparsers) -> None:
 
 
 def handle(args: argparse.Namespace) -> int:
-    trace = load(args.input, join=args.join)
-    for warning in trace.meta.get("warnings", []):
-        print(f"fdprof convert: warning: {warning}", file=sys.stderr)
+    trace = load_trace(args, args.input, args.join)
     to = save(trace, args.output, args.to)
     summary = {
         "output": str(args.output),

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
-from fdprof.trace import load
+from fdprof.cli import load_trace
 from fdprof.trace.export import export
 
 
@@ -28,9 +27,7 @@ def register(subparsers) -> None:
 
 
 def handle(args: argparse.Namespace) -> int:
-    trace = load(args.trace, join=args.join)
-    for warning in trace.meta.get("warnings", []):
-        print(f"fdprof export-otlp: warning: {warning}", file=sys.stderr)
+    trace = load_trace(args, args.trace, args.join)
     done = export(trace, args.endpoint, args.timeout)
     if args.json:
         print(json.dumps({"endpoint": done.url, "requests": done.requests, "spans": done.spans}))
