@@ -53,27 +53,17 @@ class Transfer:
             p.set_str(sid, I.DIRECTION, task.direction)
             p.set_int(sid, I.BLOCKS, len(task.gpu_blocks))
             if task.direction == "to_cpu":
-                p.set_ints(sid, I.GPU_READ, task.gpu_blocks)
-                p.set_ints(sid, I.CPU_WRITE, task.cpu_blocks)
-                src, dst, pairs = (
-                    self.dev,
-                    self.host,
-                    zip(task.gpu_blocks, task.cpu_blocks, strict=True),
-                )
-                checked, pool = task.cpu_blocks, self.host
+                read_key, src, read = I.GPU_READ, self.dev, task.gpu_blocks
+                write_key, dst, written = I.CPU_WRITE, self.host, task.cpu_blocks
             else:
-                p.set_ints(sid, I.CPU_READ, task.cpu_blocks)
-                p.set_ints(sid, I.GPU_WRITE, task.gpu_blocks)
-                src, dst, pairs = (
-                    self.host,
-                    self.dev,
-                    zip(task.cpu_blocks, task.gpu_blocks, strict=True),
-                )
-                checked, pool = task.gpu_blocks, self.dev
+                read_key, src, read = I.CPU_READ, self.host, task.cpu_blocks
+                write_key, dst, written = I.GPU_WRITE, self.dev, task.gpu_blocks
+            p.set_ints(sid, read_key, read)
+            p.set_ints(sid, write_key, written)
             if self.cfg.copy_delay_s:
                 time.sleep(self.cfg.copy_delay_s)
-            self._copy(src, dst, list(pairs))
-            bad = self.integrity.check(pool, checked, task.fps)
+            self._copy(src, dst, list(zip(read, written, strict=True)))
+            bad = self.integrity.check(dst, written, task.fps)
             if bad:
                 p.set_ints(sid, I.MISMATCHES, bad)
         if not early_ack:
