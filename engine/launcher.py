@@ -21,7 +21,7 @@ from typing import Protocol
 
 from engine.config import EngineConfig
 from engine.ipc import Control, RunPaths, SwapSignal, create_shm_file, remove_stale
-from engine.process import ProcessContext, child_main
+from engine.process import ProcessContext, child_environment, child_main
 from engine.workloads import sized_for_workload
 from fdprof.errors import FdprofError
 from fdprof.probe import ProbeConfig
@@ -66,9 +66,7 @@ class _Group:
         self.ready: dict[tuple[str, int], dict] = {}
         #: the queues must outlive the children's start: Process.start() drops its arguments
         self.contexts: list[ProcessContext] = []
-        saved = {k: os.environ.get(k) for k in env}
-        os.environ.update(env)
-        try:
+        with child_environment(env):
             for rank in range(cfg.dp):
                 ctx = ProcessContext(
                     cfg,
@@ -88,12 +86,6 @@ class _Group:
                     proc = mp.Process(target=child_main, args=(role, ctx), name=f"{role}-{rank}")
                     proc.start()
                     self.procs.append((role, rank, proc))
-        finally:
-            for k, v in saved.items():
-                if v is None:
-                    os.environ.pop(k, None)
-                else:
-                    os.environ[k] = v
 
     def describe(self, exitcodes: bool = False) -> list[dict]:
         return [

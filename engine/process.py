@@ -4,10 +4,12 @@ message saying why."""
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
 import signal
 import traceback
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,6 +43,22 @@ class ProcessContext:
 
     def report(self, kind: str, role: str, payload: Any = None) -> None:
         self.report_q.put((kind, role, self.rank, os.getpid(), payload))
+
+
+@contextlib.contextmanager
+def child_environment(env: Mapping[str, str]) -> Iterator[None]:
+    """``env`` set in this process while children are started inside the block (a spawned child
+    copies ``os.environ`` when it starts), then put back as it was."""
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 def child_main(role: str, ctx: ProcessContext) -> None:

@@ -11,6 +11,7 @@ import threading
 
 import pytest
 
+from engine.process import child_environment
 from fdprof import probe
 from fdprof.capture import nvtx as capture
 from fdprof.errors import FdprofError
@@ -40,19 +41,11 @@ def _instrumented(run_dir: str, role: str, count: int, how: str) -> None:
 
 
 def _run(run_dir, role: str, count: int, how: str, env: dict[str, str]) -> int:
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    try:
+    with child_environment(env):
         proc = mp.get_context("spawn").Process(
             target=_instrumented, args=(str(run_dir), role, count, how)
         )
         proc.start()
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
     proc.join(60)
     assert proc.exitcode == (-signal.SIGKILL if how == "kill" else 0)
     return proc.pid
