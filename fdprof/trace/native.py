@@ -64,8 +64,7 @@ _DTYPES = {
         (R.Kind.ATTR_INTS, R.ATTR_INTS),  # the fixed part; the values follow
     )
 }
-_VARIABLE = (R.Kind.STRING, R.Kind.ATTR_INTS)
-_KNOWN = set(_DTYPES) | set(_VARIABLE)
+_KNOWN = set(_DTYPES) | {R.Kind.STRING}  # STRING records are decoded one by one
 
 
 @dataclass
