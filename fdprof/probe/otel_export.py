@@ -251,8 +251,7 @@ class OtelExportObserver:
         for proc in self._procs:
             proc.tail.close()
         if self.prometheus is not None:
-            if dropped:
-                self.prometheus.wait_for_scrape(self._scrape_wait_s)
+            self.prometheus.wait_for_scrape(self._scrape_wait_s)
             self.prometheus.shutdown()
         self.stats = {
             "spans_built": self.stats.get("spans_built", 0),

@@ -173,7 +173,8 @@ class PromMetrics:
 
     def wait_for_scrape(self, timeout_s: float) -> None:
         """If a scraper has been collecting, give it up to ``timeout_s`` for one more scrape,
-        so the final counts (spans dropped at shutdown) are seen before the endpoint goes."""
+        so the run's final counts (the last steps, spans dropped at shutdown) are seen before
+        the endpoint goes: a short run would otherwise end between two scrapes unseen."""
         if self.scraped.is_set():
             self.scraped.clear()
             self.scraped.wait(timeout_s)

@@ -1,5 +1,10 @@
 """The Prometheus harness: a real Debian ``prometheus`` on a free loopback port, scraping
-given targets every second into a temporary storage dir, stopped at teardown."""
+given targets every second into a temporary storage dir, stopped at teardown.
+
+``start`` returns once Prometheus scrapes: it is "ready" seconds before its discovery
+manager hands the scrape loops their targets (about 5 s), and a short engine run started in
+that gap can finish unseen, leaving every ``rate()`` empty.
+"""
 
 from __future__ import annotations
 
@@ -19,6 +24,8 @@ from fdprof.dashboards import prometheus_api
 from fdprof.dashboards.queries import Query
 
 READY_TIMEOUT_S = 60
+#: ``lastScrape`` of a target not scraped yet (Go's zero time)
+NEVER_SCRAPED = "0001-01-01"
 DATASOURCES = Path(__file__).resolve().parents[2] / "dashboards/provisioning/datasources"
 
 
@@ -106,6 +113,22 @@ def _wait_ready(server: Prometheus) -> None:
     pytest.fail(f"prometheus not ready after {READY_TIMEOUT_S}s: {server.log.read_text()[-2000:]}")
 
 
+def _wait_scraping(server: Prometheus, targets: list[str]) -> None:
+    """Until every target has been scraped once (a target nobody serves yet is "down": fine)."""
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    while time.monotonic() < deadline:
+        scraped = {
+            t["labels"]["instance"]
+            for t in prometheus_api.targets(server.url)
+            if not t["lastScrape"].startswith(NEVER_SCRAPED)
+        }
+        if scraped >= set(targets):
+            return
+        time.sleep(0.2)
+    server.stop()
+    pytest.fail(f"prometheus never scraped {targets} in {READY_TIMEOUT_S}s")
+
+
 @pytest.fixture
 def metrics_port() -> int:
     """A free loopback port for the process whose metrics Prometheus scrapes."""
@@ -131,7 +154,7 @@ def dead_endpoint() -> str:
 
 @pytest.fixture
 def prometheus(tmp_path: Path) -> Iterator:
-    """``start(targets) -> Prometheus``: a fresh server scraping ``host:port`` targets."""
+    """``start(targets) -> Prometheus``: a fresh server already scraping ``host:port`` targets."""
     binary = shutil.which("prometheus")
     if binary is None:
         pytest.fail("prometheus is not installed (apt-get install prometheus; .ci/run does)")
@@ -159,6 +182,7 @@ def prometheus(tmp_path: Path) -> Iterator:
         server = Prometheus(f"http://127.0.0.1:{port}", process, log)
         started.append(server)
         _wait_ready(server)
+        _wait_scraping(server, targets)
         return server
 
     yield start

@@ -248,6 +248,40 @@ def test_slow_collector_drops_instead_of_blocking(tmp_path, monkeypatch):
     assert stats["spans_exported"] + stats["spans_dropped"] == stats["spans_built"] == SPANS
 
 
+class _Scraper(threading.Thread):
+    """A scraper polling the endpoint until it goes away; keeps the last text it got."""
+
+    def __init__(self, port: int) -> None:
+        super().__init__(daemon=True)
+        self.port = port
+        self.last = ""
+
+    def run(self) -> None:
+        while True:
+            try:
+                self.last = scrape(self.port)
+            except OSError:
+                return
+            time.sleep(0.05)
+
+
+def test_a_collecting_scraper_gets_the_final_counts(tmp_path):
+    """Tailing only at stop (an hour between polls), every count reaches the endpoint after
+    the run; stop() holds the endpoint open until the scraper has taken them."""
+    config = probe.ProbeConfig(run_dir=str(tmp_path), metrics_port=0)
+    obs = OtelExportObserver(config, prometheus_port=config.metrics_port, poll_s=3600)
+    run_processes(tmp_path, [obs])
+    scraper = _Scraper(obs.prometheus.port)
+    scraper.start()
+    while not scraper.last:
+        time.sleep(0.05)
+    assert "fd_generated_tokens_total{" not in scraper.last
+    assert _stop_in_thread(obs)
+    scraper.join(30)
+    worker = 'dp_rank="0",kv_lock="unknown",role="worker"'
+    assert f"fd_generated_tokens_total{{{worker}}} {3.0 * N_REQ}" in scraper.last
+
+
 def test_settings_from_the_environment(monkeypatch):
     config = probe.ProbeConfig(run_dir="x")
     for var in ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"):
