@@ -7,9 +7,9 @@ import json
 from pathlib import Path
 
 from fdprof.analysis.diff import diff_traces
+from fdprof.cli import load_trace
 from fdprof.errors import FdprofError
 from fdprof.report import markdown, text
-from fdprof.trace import load
 
 
 def register(subparsers) -> None:
@@ -47,8 +47,8 @@ def register(subparsers) -> None:
 
 def handle(args: argparse.Namespace) -> int:
     joins = args.join or (None, None)
-    base = load(args.base, join=joins[0])
-    new = load(args.new, join=joins[1])
+    base = load_trace(args, args.base, joins[0])
+    new = load_trace(args, args.new, joins[1])
     result = diff_traces(base, new, args.step_name, labels=(_label(args.base), _label(args.new)))
     doc = json.dumps(result.to_json())
     if args.out is not None:

@@ -8,8 +8,8 @@ from pathlib import Path
 
 from fdprof.analysis.hazards import find_hazards
 from fdprof.analysis.whatif import what_if_drop_lock
+from fdprof.cli import load_trace
 from fdprof.report import text
-from fdprof.trace import load
 
 WHAT_IFS = ("drop-lock",)
 
@@ -34,7 +34,7 @@ def register(subparsers) -> None:
 
 
 def handle(args: argparse.Namespace) -> int:
-    trace = load(args.trace, join=args.join)
+    trace = load_trace(args, args.trace, args.join)
     what_if = what_if_drop_lock(trace) if args.what_if == "drop-lock" else None
     report = what_if.with_lock if what_if is not None else find_hazards(trace)
     if args.json:

@@ -91,3 +91,18 @@ def test_unknown_what_if_is_a_usage_error(files, fdprof):
 def test_unknown_step_name_is_one_line_exit_2(files, fdprof):
     r = fdprof("diff", files["baseline"], files["lockless"], "--step-name", "Nope")
     assert r.returncode == 2 and "no span is named 'Nope'" in r.stderr
+
+
+def test_reader_warnings_reach_stderr_and_leave_json_alone(files, fdprof, tmp_path):
+    """A trace the reader had to patch up (here a range never ended) says so on every command."""
+    doc = json.loads(files["baseline"].read_text())
+    doc["traceEvents"].append({"ph": "B", "name": "cut", "pid": 1, "tid": 1, "ts": 1.0})
+    cut = tmp_path / "cut.json"
+    cut.write_text(json.dumps(doc))
+    expected = "warning: 1 span(s) begun (B/b) but never ended: end = -1\n"
+    r = fdprof("hazards", cut, "--json")
+    assert r.stderr == "fdprof hazards: " + expected
+    assert json.loads(r.stdout)["counts"]["races"] == 0
+    r = fdprof("diff", files["baseline"], cut, "--json")
+    assert r.stderr == "fdprof diff: " + expected
+    assert json.loads(r.stdout)["throughput"]["ratio"] == pytest.approx(1.0)
