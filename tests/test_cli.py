@@ -1,5 +1,8 @@
+import argparse
 import subprocess
 import sys
+
+from fdprof.cli import build_parser
 
 
 def run_fdprof(*args: str) -> subprocess.CompletedProcess:
@@ -12,6 +15,16 @@ def test_help_lists_commands():
     result = run_fdprof("--help")
     assert result.returncode == 0
     assert "usage: fdprof" in result.stdout
+
+
+def test_every_option_of_every_command_says_what_it_does():
+    (commands,) = [a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)]
+    assert {"ab", "run", "diff", "hazards", "convert", "export-otlp"} <= set(commands.choices)
+    for name, parser in commands.choices.items():
+        assert parser.description, name
+        assert "%%" not in parser.description, name  # descriptions are not %-formatted
+        bare = [a.dest for a in parser._actions if not a.help]
+        assert not bare, f"{name}: options without help: {bare}"
 
 
 def test_unknown_command_is_one_line_exit_2():

@@ -20,9 +20,20 @@ def add_engine_arguments(p: argparse.ArgumentParser, with_lock: bool = True) -> 
             help="ipc: the baseline flock lock; none: lockless (default; "
             "FD_USE_KVCACHE_LOCK=1 still selects ipc, deprecated)",
         )
-    p.add_argument("--workload", choices=WORKLOADS, default="prefix-swap")
-    p.add_argument("--requests", type=int, default=48)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--workload",
+        choices=WORKLOADS,
+        default="prefix-swap",
+        help="prefix-swap (default): shared prefixes and a device pool smaller than the working "
+        "set, so blocks swap both ways every few steps; no-swap: the control",
+    )
+    p.add_argument("--requests", type=int, default=48, help="requests to serve (default 48)")
+    p.add_argument(
+        "--seed",
+        type=int,
+        default=0,
+        help="seed of the workload and the model's weights (default 0; ab: run i uses SEED+i)",
+    )
     p.add_argument("--dp", type=int, default=1, help="data-parallel engine groups")
     p.add_argument("--fault", choices=FAULTS, default=None, help="seed a protocol bug")
     p.add_argument(
@@ -32,7 +43,12 @@ def add_engine_arguments(p: argparse.ArgumentParser, with_lock: bool = True) -> 
         help="transfer delay before each copy, widening the fault window "
         "(default 150 with --fault, else 0)",
     )
-    p.add_argument("--device", choices=DEVICES, default="auto")
+    p.add_argument(
+        "--device",
+        choices=DEVICES,
+        default="auto",
+        help="where the KV pools and the model live; auto (default): cuda if present, else cpu",
+    )
 
 
 def engine_config(args: argparse.Namespace, kv_lock: str | None = None):
@@ -65,7 +81,12 @@ def add_capture_arguments(p: argparse.ArgumentParser) -> None:
         help="export spans and metrics over OTLP/HTTP to this URL (else OTEL_EXPORTER_OTLP_* "
         "from the environment, if set)",
     )
-    p.add_argument("--metrics-port", type=int, default=None, help="serve Prometheus metrics")
+    p.add_argument(
+        "--metrics-port",
+        type=int,
+        default=None,
+        help="serve Prometheus metrics on this port (all interfaces) while the engine runs",
+    )
     p.add_argument(
         "--nvtx-capture",
         action="store_true",

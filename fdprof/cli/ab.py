@@ -21,7 +21,7 @@ def register(subparsers) -> None:
         "ab",
         help="A/B the KV lock: baseline vs lockless, K runs each, gain with a 95%% CI and a report",
         description="Run the baseline (--kv-lock ipc) and the lockless engine K times each, "
-        "interleaved with the same seeds; report the throughput gain with its 95%% CI, the ideal "
+        "interleaved with the same seeds; report the throughput gain with its 95% CI, the ideal "
         "gain, hazards and integrity of every run, and the lock what-if. Writes report.md and a "
         "self-contained report.html into --out.",
     )
