@@ -61,6 +61,10 @@ class EngineConfig:
             (self.fault is None or self.fault in FAULTS, f"--fault must be one of {FAULTS}"),
             (self.requests >= 1, "--requests must be at least 1"),
             (self.dp >= 1, "--dp must be at least 1"),
+            (
+                self.fault_delay_ms is None or self.fault_delay_ms >= 0,
+                "--fault-delay-ms must not be negative",
+            ),
             (self.max_new_tokens >= 1, "max_new_tokens must be at least 1"),
             (self.heads % self.kv_heads == 0, "heads must be a multiple of kv_heads"),
         ]

@@ -259,6 +259,7 @@ def run_engine(
         status, error = "interrupted", "interrupted (Ctrl-C)"
         raise
     except FdprofError as exc:
+        status = "crashed" if isinstance(exc, EngineCrashed) else "failed"
         error = str(exc)
         raise
     except BaseException as exc:

@@ -83,7 +83,7 @@ def add_capture_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--metrics-port",
-        type=int,
+        type=port_number,
         default=None,
         help="serve Prometheus metrics on this port (all interfaces) while the engine runs",
     )
@@ -93,6 +93,17 @@ def add_capture_arguments(p: argparse.ArgumentParser) -> None:
         help="emit NVTX ranges and capture them without Nsight Systems into RUN_DIR/nvtx/",
     )
     p.add_argument("--py-spy", action="store_true", help="sample every process with py-spy")
+
+
+def port_number(text: str) -> int:
+    """A TCP port for argparse: a bad one is a usage error, not a traceback at bind time."""
+    try:
+        port = int(text)
+    except ValueError:
+        port = -1
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a TCP port (0-65535)")
+    return port
 
 
 def capture_plan(args: argparse.Namespace) -> CapturePlan:

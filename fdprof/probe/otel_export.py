@@ -213,11 +213,11 @@ class OtelExportObserver:
 
     def start(self, run_dir: Path, processes: list[dict]) -> None:
         self._run_dir = Path(run_dir)
+        if self._prom_port is not None:  # first: a port in use fails before anything started
+            self.prometheus = PromMetrics(self._prom_port)
         self._quiet.install()
         if self._span_exporter is not None:
             self._queue = SpanQueue(self._span_exporter, self._queue_size, self._batch)
-        if self._prom_port is not None:
-            self.prometheus = PromMetrics(self._prom_port)
         for info in processes:
             record = Path(info.get("record") or "")
             if not record.is_absolute():

@@ -24,6 +24,7 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import SpanContext
 
+from fdprof.errors import FdprofError
 from fdprof.probe import metric_names as M
 
 #: histogram buckets in seconds, shared by both exports so their quantiles agree
@@ -156,7 +157,10 @@ class PromMetrics:
             self._metrics[m.otel_name] = (metric, labels)
         self.scraped = threading.Event()
         self.registry.register(_ScrapeWatch(self.scraped))
-        self._server, self._thread = pc.start_http_server(port, addr, registry=self.registry)
+        try:
+            self._server, self._thread = pc.start_http_server(port, addr, registry=self.registry)
+        except OSError as exc:
+            raise FdprofError(f"cannot serve metrics on port {port}: {exc.strerror}") from None
         self.port = self._server.server_address[1]
 
     def record(self, obs: Iterable[Observation], span: SpanContext | None = None) -> None:

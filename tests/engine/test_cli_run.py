@@ -2,8 +2,10 @@
 
 import json
 import os
+import socket
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -45,7 +47,14 @@ def test_json_results_and_legacy_env(tmp_path):
 
 @pytest.mark.parametrize(
     "args",
-    [["--device", "cuda"], ["--requests", "0"], ["--kv-lock", "flock"], ["--dp", "0"]],
+    [
+        ["--device", "cuda"],
+        ["--requests", "0"],
+        ["--kv-lock", "flock"],
+        ["--dp", "0"],
+        ["--fault-delay-ms", "-5"],
+        ["--metrics-port", "99999"],
+    ],
 )
 def test_bad_input_is_one_line_exit_2(tmp_path, args):
     if args[:2] == ["--device", "cuda"]:
@@ -55,3 +64,22 @@ def test_bad_input_is_one_line_exit_2(tmp_path, args):
     r = fdprof("--out", str(tmp_path / "run"), *args)
     assert r.returncode == 2
     assert len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
+
+
+@pytest.mark.slow
+def test_metrics_port_in_use_is_one_line_exit_2_and_leaves_nothing(tmp_path):
+    with socket.socket() as taken:
+        taken.bind(("0.0.0.0", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "fdprof", "run", "--requests", "2", "--metrics-port",
+             str(port), "--out", str(tmp_path / "run")],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 2
+    assert err == f"fdprof run: cannot serve metrics on port {port}: Address already in use\n"
+    assert list(Path("/dev/shm").glob(f"fdprof-{proc.pid}-*")) == []
+    manifest = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert manifest["status"] == "failed" and manifest["error"] in err

@@ -17,7 +17,9 @@ def test_explicit_flag_wins_over_env():
     assert resolve_kv_lock("none", {"FD_USE_KVCACHE_LOCK": "1"}) == "none"
 
 
-@pytest.mark.parametrize("bad", [{"kv_lock": "mutex"}, {"fault": "nope"}, {"requests": 0}])
+@pytest.mark.parametrize(
+    "bad", [{"kv_lock": "mutex"}, {"fault": "nope"}, {"requests": 0}, {"fault_delay_ms": -1.0}]
+)
 def test_bad_settings_are_one_line_errors(bad):
     with pytest.raises(FdprofError):
         EngineConfig(**bad)
