@@ -20,6 +20,9 @@ from fdprof.analysis.whatif import WhatIf
 
 #: rows shown per table before "... N more"
 MAX_ROWS = 25
+#: characters of a span name shown; C++ kernel and autograd names in third-party traces run
+#: to thousands. The JSON output keeps them whole.
+MAX_NAME = 80
 
 
 @dataclass(frozen=True)
@@ -151,8 +154,8 @@ def _pairs_table(title: str, df: pd.DataFrame, with_overlap: bool = False) -> Ta
     headers = ["span a (lane, role, step)", "span b (lane, role, step)", "blocks", "modes",
                "layers a / b"] + (["overlapped"] if with_overlap else [])  # fmt: skip
     rows = [
-        [f"{r.name_a} ({r.lane_a}, {r.role_a or '-'}, {_step(r.step_a)})",
-         f"{r.name_b} ({r.lane_b}, {r.role_b or '-'}, {_step(r.step_b)})",
+        [f"{_name(r.name_a)} ({r.lane_a}, {r.role_a or '-'}, {_step(r.step_a)})",
+         f"{_name(r.name_b)} ({r.lane_b}, {r.role_b or '-'}, {_step(r.step_b)})",
          _blocks(r.blocks), r.modes, f"{r.layers_a} / {r.layers_b}"]
         + (["yes" if r.overlapped else "no (latent)"] if with_overlap else [])
         for r in df.head(MAX_ROWS).itertuples()
@@ -171,7 +174,7 @@ def _side_table(title: str, df: pd.DataFrame, key: str, bl: str, nl: str) -> Tab
     rows = []
     for r in df.head(MAX_ROWS).to_dict("records"):
         rows.append([
-            str(r[key]), _cell(r["count_base"]), ms(r["total_base"]),
+            _name(str(r[key])) or "-", _cell(r["count_base"]), ms(r["total_base"]),
             "/".join(ms(r[f"{p}_base"]) for p in ("p50", "p90", "p99")),
             _cell(r["count_new"]), ms(r["total_new"]),
             "/".join(ms(r[f"{p}_new"]) for p in ("p50", "p90", "p99")),
@@ -189,6 +192,15 @@ def _blocks(blocks: list[str]) -> str:
     return shown + (f" (+{len(blocks) - 8})" if len(blocks) > 8 else "")
 
 
+def _name(name: str) -> str:
+    """At most ``MAX_NAME`` characters: the head (namespace, function) and the tail (what tells
+    overloads and template instances apart), an ellipsis between."""
+    if len(name) <= MAX_NAME:
+        return name
+    tail = MAX_NAME // 3
+    return f"{name[: MAX_NAME - tail - 1]}…{name[-tail:]}"
+
+
 def _step(step: int) -> str:
     return "-" if step < 0 else str(step)
 
@@ -196,4 +208,4 @@ def _step(step: int) -> str:
 def _cell(v: Any) -> str:
     if isinstance(v, float):
         return str(int(v)) if v.is_integer() else f"{v:.3f}"
-    return "-" if v is None or v is pd.NA else str(v)
+    return "-" if v is None or v is pd.NA else _name(str(v))

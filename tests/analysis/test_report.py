@@ -54,3 +54,17 @@ def test_markdown_tables_are_well_formed(results):
 def test_unknown_result_type_is_a_type_error():
     with pytest.raises(TypeError):
         document(object())
+
+
+@pytest.mark.parametrize("render", RENDERERS)
+def test_thousand_character_span_names_are_shortened_for_reading_only(render):
+    """Third-party traces name spans after whole C++ signatures (1,646 characters in HTA's)."""
+    long = "void kernel<" + "float, " * 300 + "long>(Params)"
+    traces = [engine_trace(30, mode="baseline"), engine_trace(30, mode="lockless")]
+    for trace in traces:
+        trace.spans.loc[trace.spans.name == "issue_swap_task", "name"] = long
+    result = diff_traces(*traces)
+    out = render(result)
+    assert long not in out and long[:40] in out and "long>(Params)" in out
+    assert max(map(len, out.splitlines())) < 400
+    assert long in set(result.by_name["name"])
