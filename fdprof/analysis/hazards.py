@@ -54,6 +54,9 @@ class HazardReport:
     gaps: pd.DataFrame
     dropped_objects: tuple[str, ...] = ()
     lanes: tuple[str, ...] = field(default=())
+    #: KV-block accesses of finished spans that were checked; 0 means nothing was checked
+    #: (no ``kv.*`` attributes), which is not the same as clean
+    accesses: int = 0
 
     @property
     def latent(self) -> pd.DataFrame:
@@ -86,6 +89,7 @@ class HazardReport:
             "clock_alarms": json_records(self.alarms),
             "gaps": json_records(self.gaps),
             "dropped_objects": list(self.dropped_objects),
+            "checked": {"accesses": self.accesses, "lanes": len(self.lanes)},
         }
 
 
@@ -137,7 +141,7 @@ def find_hazards(trace: Trace, drop_objects: Iterable[str] = ()) -> HazardReport
     races = _pairs_frame(spans, racy_x, racy_y, acc)
     alarms = _pairs_frame(spans, over_x[alarm], over_y[alarm], acc)
     return HazardReport(
-        races, alarms.drop(columns="overlapped"), _gap_frame(gaps), dropped, tuple(lanes)
+        races, alarms.drop(columns="overlapped"), _gap_frame(gaps), dropped, tuple(lanes), n
     )
 
 

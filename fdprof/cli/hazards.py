@@ -9,6 +9,7 @@ from pathlib import Path
 from fdprof.analysis.hazards import find_hazards
 from fdprof.analysis.whatif import what_if_drop_lock
 from fdprof.cli import load_trace
+from fdprof.errors import FdprofError
 from fdprof.report import text
 
 WHAT_IFS = ("drop-lock",)
@@ -19,7 +20,8 @@ def register(subparsers) -> None:
         "hazards",
         help="find KV-block accesses the recorded protocol does not order (happens-before)",
         description="Exit 0: no race; 1: races found (or, with --what-if, accesses that only "
-        "the lock ordered); 2: bad input.",
+        "the lock ordered); 2: bad input, or a trace without KV-block accesses (nothing to "
+        "check is not clean).",
     )
     p.add_argument("trace", type=Path, help="run directory or trace file")
     p.add_argument(
@@ -37,6 +39,11 @@ def handle(args: argparse.Namespace) -> int:
     trace = load_trace(args, args.trace, args.join)
     what_if = what_if_drop_lock(trace) if args.what_if == "drop-lock" else None
     report = what_if.with_lock if what_if is not None else find_hazards(trace)
+    if not report.accesses:
+        raise FdprofError(
+            f"{args.trace}: no KV-block accesses (kv.* span attributes) to check; an Nsight "
+            "Systems export needs --join RUN_DIR, a foreign trace has none"
+        )
     if args.json:
         doc = report.to_json()
         if what_if is not None:

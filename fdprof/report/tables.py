@@ -53,11 +53,16 @@ def document(result: Any) -> Document:
 
 def hazards_document(report: HazardReport) -> Document:
     c = report.counts
+    if not report.accesses:
+        verdict = "NOTHING CHECKED: no KV-block accesses (kv.* span attributes) in this trace"
+    else:
+        verdict = "clean: no unordered conflicting accesses" if report.clean else "HAZARDS FOUND"
     summary = [
+        f"{report.accesses:,} KV-block access(es) on {len(report.lanes)} lane(s) checked",
         f"{c['races']} race(s): {c['overlaps']} overlapped in time this run, {c['latent']} latent"
         f" (unordered, not overlapping this time); {c['clock_alarms']} clock alarm(s); "
         f"{c['gaps']} instrumentation gap(s)",
-        "clean: no unordered conflicting accesses" if report.clean else "HAZARDS FOUND",
+        verdict,
     ]
     if report.dropped_objects:
         summary.append("edges of " + ", ".join(report.dropped_objects) + " dropped")

@@ -106,3 +106,27 @@ def test_reader_warnings_reach_stderr_and_leave_json_alone(files, fdprof, tmp_pa
     r = fdprof("diff", files["baseline"], cut, "--json")
     assert r.stderr == "fdprof diff: " + expected
     assert json.loads(r.stdout)["throughput"]["ratio"] == pytest.approx(1.0)
+
+
+def test_a_trace_without_kv_accesses_is_not_called_clean(fdprof, tmp_path):
+    """Nothing to check is exit 2 (a CI gate must not pass on it), and says why."""
+    bare = tmp_path / "bare.json"
+    bare.write_text(
+        json.dumps([{"ph": "X", "name": "step", "pid": 1, "tid": 1, "ts": 0, "dur": 5}])
+    )
+    for extra in ((), ("--what-if", "drop-lock"), ("--json",)):
+        r = fdprof("hazards", bare, *extra)
+        assert r.returncode == 2 and r.stdout == ""
+        assert r.stderr == (
+            f"fdprof hazards: {bare}: no KV-block accesses (kv.* span attributes) to check; an "
+            "Nsight Systems export needs --join RUN_DIR, a foreign trace has none\n"
+        )
+
+
+def test_the_report_says_how_much_it_checked(files, fdprof):
+    doc = json.loads(fdprof("hazards", files["baseline"], "--json").stdout)
+    assert doc["checked"]["accesses"] > 100 and doc["checked"]["lanes"] >= 3
+    assert (
+        f"{doc['checked']['accesses']:,} KV-block access(es)"
+        in fdprof("hazards", files["baseline"]).stdout
+    )

@@ -68,3 +68,11 @@ def test_thousand_character_span_names_are_shortened_for_reading_only(render):
     assert long not in out and long[:40] in out and "long>(Params)" in out
     assert max(map(len, out.splitlines())) < 400
     assert long in set(result.by_name["name"])
+
+
+@pytest.mark.parametrize("render", RENDERERS)
+def test_a_report_that_checked_nothing_does_not_read_clean(render):
+    trace = engine_trace(5, mode="lockless")
+    trace.accesses = trace.accesses.iloc[0:0]
+    out = render(find_hazards(trace))
+    assert "0 KV-block access(es)" in out and "NOTHING CHECKED" in out and "clean" not in out
