@@ -243,11 +243,22 @@ def _manifest(path: Path, trace: Trace) -> dict[str, Any]:
 
 
 def _record_paths(path: Path, manifest: dict[str, Any], trace: Trace) -> list[Path]:
+    """The manifest's record files when it names them (others in the directory are not this
+    run's: warned about, not read), else every ``*.rec``."""
     paths = sorted(path.glob("*.rec"))
+    named = []
     for proc in manifest.get("processes", []):
         record = proc.get("record") if isinstance(proc, dict) else None
-        if record and not (path / record).exists():
+        if not record:
+            continue
+        named.append(path / record)
+        if not (path / record).exists():
             trace.warn(f"process {proc.get('pid')}: record file {record} is missing")
+    if named:
+        strangers = [p.name for p in paths if p not in named]
+        if strangers:
+            trace.warn(f"not read, not in {MANIFEST}: {', '.join(strangers)}")
+        paths = [p for p in named if p.exists()]
     if not paths:
         raise FdprofError(f"{path}: no .rec record files (not an fdprof run directory?)")
     return paths

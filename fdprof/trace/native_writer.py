@@ -69,6 +69,8 @@ def write(trace: Trace, path: str | Path) -> None:
     out = Path(path)
     if out.exists() and not out.is_dir():
         raise FdprofError(f"{out}: exists and is not a directory")
+    if (out / MANIFEST).exists() or any(out.glob("*.rec")):
+        raise FdprofError(f"{out}: already holds a run; write to a new directory")
     out.mkdir(parents=True, exist_ok=True)
     procs = trace.processes.set_index("pid")
     role_of = dict(rows(trace.processes, ["pid", "role"]))

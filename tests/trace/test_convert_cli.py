@@ -66,3 +66,20 @@ def test_unknown_output_name_asks_for_to(engine_run, tmp_path):
     result = fdprof("convert", str(engine_run), str(tmp_path / "x.txt"))
     assert result.returncode == 2
     assert "--to" in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
+def test_a_run_directory_is_never_overwritten_or_mixed(engine_run, tmp_path):
+    """Converting into a directory that holds a run refuses (nothing lost); a reader meeting
+    .rec files its run.json does not name reads only the named ones and says so."""
+    out = tmp_path / "copy"
+    assert fdprof("convert", str(engine_run), str(out), "--to", "native").returncode == 0
+    before = sorted((p.name, p.read_bytes()) for p in out.iterdir())
+    again = fdprof("convert", str(engine_run), str(out), "--to", "native")
+    assert again.returncode == 2
+    assert again.stderr == f"fdprof convert: {out}: already holds a run; write to a new directory\n"
+    assert sorted((p.name, p.read_bytes()) for p in out.iterdir()) == before
+    stranger = out / "worker-0-999999.rec"
+    stranger.write_bytes(next(engine_run.glob("worker-*.rec")).read_bytes())
+    mixed = load(out)
+    assert len(mixed.spans) == 12
+    assert f"not read, not in run.json: {stranger.name}" in mixed.meta["warnings"]
