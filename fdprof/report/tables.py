@@ -20,6 +20,11 @@ from fdprof.analysis.whatif import WhatIf
 
 #: rows shown per table before "... N more"
 MAX_ROWS = 25
+#: what the diff's throughput counts: not ``fdprof run``'s generated tokens per wall second
+THROUGHPUT_BASIS = {
+    "tokens/s": "prefill + decode tokens per second inside steps",
+    "steps/s": "per second inside steps; no token counts in the trace",
+}
 #: characters of a span name shown; C++ kernel and autograd names in third-party traces run
 #: to thousands. The JSON output keeps them whole.
 MAX_NAME = 80
@@ -94,7 +99,8 @@ def diff_document(d: DiffResult) -> Document:
     rate_b = b.tokens_per_s if unit == "tokens/s" else b.steps_per_s
     rate_n = n.tokens_per_s if unit == "tokens/s" else n.steps_per_s
     summary = [
-        f"throughput: {_num(rate_b)} -> {_num(rate_n)} {unit}, {ratio_text(d.throughput)}",
+        f"throughput: {_num(rate_b)} -> {_num(rate_n)} {unit} ({THROUGHPUT_BASIS[unit]}), "
+        f"{ratio_text(d.throughput)}",
         f"step latency p50: {ms(b.step_latency['p50'])} -> {ms(n.step_latency['p50'])} ms, "
         f"{ratio_text(d.step_latency)}",
         f"swap time overlapped with execute_model: {pct(b.swap_overlap)} -> {pct(n.swap_overlap)}",
