@@ -34,6 +34,7 @@ def test_every_result_renders_its_key_numbers(results, render):
     d = results["diff"]
     assert f"{d.throughput.ratio:.3f}" in df and f"{d.throughput.lo:.3f}" in df
     assert "swap_blocking" in df and "lock" in df and "free" in df
+    assert "tokens/s (prefill + decode tokens per second inside steps)" in df
 
 
 @pytest.mark.parametrize("render", RENDERERS)
