@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import threading
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
+from wsgiref.simple_server import WSGIRequestHandler, make_server
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace as otel_trace
@@ -143,6 +144,7 @@ class PromMetrics:
 
     def __init__(self, port: int, addr: str = "0.0.0.0") -> None:
         import prometheus_client as pc
+        from prometheus_client.exposition import ThreadingWSGIServer
 
         self.registry = pc.CollectorRegistry(auto_describe=True)
         self._metrics = {}
@@ -155,13 +157,27 @@ class PromMetrics:
             else:
                 metric = pc.Counter(m.prom_name, m.description, labels, registry=self.registry)
             self._metrics[m.otel_name] = (metric, labels)
-        self.scraped = threading.Event()
-        self.registry.register(_ScrapeWatch(self.scraped))
+        self._exposition = pc.make_wsgi_app(self.registry)
+        self._scraped = False
+        self._final_armed = False
+        self._final_served = threading.Event()
         try:
-            self._server, self._thread = pc.start_http_server(port, addr, registry=self.registry)
+            self._server = make_server(addr, port, self._app, ThreadingWSGIServer, _QuietHandler)
         except OSError as exc:
             raise FdprofError(f"cannot serve metrics on port {port}: {exc.strerror}") from None
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, name="fdprof-metrics", daemon=True
+        )
+        self._thread.start()
         self.port = self._server.server_address[1]
+
+    def _app(self, environ: dict, start_response: Callable) -> Iterable[bytes]:
+        """The exposition app; notes whether a scrape that began after
+        :meth:`wait_for_scrape` armed (so it collected the final counts) has been written."""
+        final = self._final_armed  # read before the registry is collected
+        body = self._exposition(environ, start_response)
+        self._scraped = True
+        return _OnClose(body, self._final_served.set if final else None)
 
     def record(self, obs: Iterable[Observation], span: SpanContext | None = None) -> None:
         exemplar = None
@@ -177,26 +193,36 @@ class PromMetrics:
 
     def wait_for_scrape(self, timeout_s: float) -> None:
         """If a scraper has been collecting, give it up to ``timeout_s`` for one more scrape,
-        so the run's final counts (the last steps, spans dropped at shutdown) are seen before
-        the endpoint goes: a short run would otherwise end between two scrapes unseen."""
-        if self.scraped.is_set():
-            self.scraped.clear()
-            self.scraped.wait(timeout_s)
+        begun after this call and written out in full, so the run's final counts (the last
+        steps, spans dropped at shutdown) are seen before the endpoint goes: a short run would
+        otherwise end between two scrapes unseen."""
+        if self._scraped:
+            self._final_armed = True
+            self._final_served.wait(timeout_s)
 
     def shutdown(self) -> None:
         self._server.shutdown()
         self._server.server_close()
 
 
-class _ScrapeWatch:
-    """A collector with no metrics that notes each scrape."""
+class _OnClose:
+    """A WSGI response body that calls ``on_close`` once the server has written all of it
+    (the server calls ``close()`` after the last chunk)."""
 
-    def __init__(self, scraped: threading.Event) -> None:
-        self._scraped = scraped
+    def __init__(self, body: Iterable[bytes], on_close: Callable[[], None] | None) -> None:
+        self._body = body
+        self._on_close = on_close
 
-    def describe(self) -> list:
-        return []
+    def __iter__(self) -> Iterator[bytes]:
+        return iter(self._body)
 
-    def collect(self) -> list:
-        self._scraped.set()
-        return []
+    def close(self) -> None:
+        if self._on_close is not None:
+            self._on_close()
+
+
+class _QuietHandler(WSGIRequestHandler):
+    """No access log line per scrape on stderr."""
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
