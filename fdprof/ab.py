@@ -19,7 +19,13 @@ import pandas as pd
 
 from fdprof.analysis.breakdown import PARTS, ideal_ratio, step_breakdown
 from fdprof.analysis.hazards import find_hazards
-from fdprof.analysis.stats import RatioCI, paired_ratio_ci, spread
+from fdprof.analysis.stats import (
+    DifferenceCI,
+    RatioCI,
+    paired_difference_ci,
+    paired_ratio_ci,
+    spread,
+)
 from fdprof.analysis.whatif import what_if_drop_lock
 from fdprof.capture.plan import CapturePlan
 from fdprof.trace import load
@@ -86,10 +92,26 @@ class ABResult:
     def step_ms(self, mode: str) -> np.ndarray:
         return np.concatenate([r.breakdown["duration"].to_numpy() / 1e6 for r in self.of(mode)])
 
+    def _part_ms_per_run(self, mode: str) -> dict[int, pd.Series]:
+        """Each run's mean ms per step in each part, by run index."""
+        return {r.index: r.breakdown[list(PARTS)].mean() / 1e6 for r in self.of(mode)}
+
     def breakdown_ms(self, mode: str) -> dict[str, float]:
-        """Mean time per step in each part (ms)."""
-        b = pd.concat([r.breakdown for r in self.of(mode)])
-        return {part: float(b[part].mean() / 1e6) for part in PARTS}
+        """Mean ms per step in each part, every run weighing the same (as in the gain)."""
+        runs = pd.DataFrame(list(self._part_ms_per_run(mode).values()))
+        return {part: float(runs[part].mean()) for part in PARTS}
+
+    def breakdown_change(self) -> dict[str, DifferenceCI]:
+        """Per part, lockless minus baseline mean ms per step, run pairs resampled (as the
+        gain): which part the gain came from, with its uncertainty."""
+        base, new = self._part_ms_per_run("ipc"), self._part_ms_per_run("none")
+        idx = sorted(base)
+        return {
+            part: paired_difference_ci(
+                [new[i][part] for i in idx], [base[i][part] for i in idx], seed=self.config["seed"]
+            )
+            for part in PARTS
+        }
 
     def hazards(self, mode: str) -> dict[str, int]:
         runs = self.of(mode)
@@ -124,6 +146,10 @@ class ABResult:
                 "ci95": [self.gain.lo, self.gain.hi],
                 "includes_one": self.gain.includes_one,
                 "statistic": "mean lockless / mean baseline tokens/s, pairs resampled",
+            },
+            "breakdown_change_ms": {
+                part: {"delta": c.delta, "ci95": [c.lo, c.hi]}
+                for part, c in self.breakdown_change().items()
             },
             "ideal_ratio": self.ideal.ratio,
             "ideal_ci95": [self.ideal.lo, self.ideal.hi],

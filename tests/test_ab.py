@@ -44,6 +44,13 @@ def test_json_has_the_contract_keys(ab_run):
     lo, hi = data["gain"]["ci95"]
     assert lo <= data["gain"]["ratio"] <= hi
     assert data["gain"]["includes_one"] == (lo <= 1.0 <= hi)
+    change = data["breakdown_change_ms"]
+    assert set(change) == {"compute", "lock_wait", "swap_blocking", "idle"}
+    for part, c in change.items():
+        base, new = data["baseline"]["breakdown_ms"][part], data["lockless"]["breakdown_ms"][part]
+        assert c["ci95"][0] <= c["delta"] <= c["ci95"][1]
+        assert c["delta"] == pytest.approx(new - base)  # every run weighs the same in both
+    assert change["lock_wait"]["ci95"][1] < 0  # the lock's wait is gone in every pair
 
 
 def test_correct_protocol_is_clean_in_both_modes(ab_run):
@@ -63,7 +70,7 @@ def test_reports_are_written_and_self_contained(ab_run):
     assert html.count("<svg") == 5  # throughput, CDF, breakdown, two timelines
     for chunk in html.split("<svg")[1:]:
         ET.fromstring("<svg" + chunk.split("</svg>")[0] + "</svg>")
-    assert "Throughput gain" in md and "| lockless |" in md
+    assert "Throughput gain" in md and "| lockless |" in md and "| change [95% CI] |" in md
 
 
 def test_too_few_runs_is_a_usage_error(tmp_path):

@@ -15,7 +15,7 @@ import pandas as pd
 
 from fdprof.analysis.breakdown import PARTS, step_breakdown
 from fdprof.analysis.columns import json_records, require
-from fdprof.analysis.stats import RatioCI, ratio_ci, spread
+from fdprof.analysis.stats import RatioCI, difference_ci, ratio_ci, spread
 from fdprof.analysis.timeline import covered, union
 from fdprof.trace.model import Trace
 
@@ -131,7 +131,7 @@ def diff_traces(
         throughput=_throughput_ratio(sb, sn, both_tokens, seed),
         throughput_unit="tokens/s" if both_tokens else "steps/s",
         step_latency=ratio_ci(sb.breakdown["duration"], sn.breakdown["duration"], seed=seed),
-        moved=_moved(sb.breakdown, sn.breakdown),
+        moved=_moved(sb.breakdown, sn.breakdown, both_tokens, seed),
         by_name=_side_by_side(sb.by_name, sn.by_name, "name"),
         by_role=_side_by_side(sb.by_role, sn.by_role, "role"),
     )
@@ -187,17 +187,22 @@ def token_class(tokens: np.ndarray) -> np.ndarray:
     return np.where(t >= 1, np.floor(np.log2(np.maximum(t, 1))).astype(int) + 1, 0)
 
 
-def _moved(b: pd.DataFrame, n: pd.DataFrame) -> pd.DataFrame:
-    """Per part: mean ns per step and p50/p90/p99 in each run, the change, and the share."""
+def _moved(b: pd.DataFrame, n: pd.DataFrame, tokens: bool, seed: int) -> pd.DataFrame:
+    """Per part: mean ns per step and p50/p90/p99 in each run, the change of the mean with its
+    95% CI (steps resampled as for throughput), and the share."""
+    strata = None
+    if tokens:
+        strata = (token_class(b["tokens"].fillna(0)), token_class(n["tokens"].fillna(0)))
     rows = []
     for part in (*PARTS, "duration"):
         sb, sn = spread(b[part]), spread(n[part])
+        change = difference_ci(b[part], n[part], seed=seed, strata=strata)
         rows.append({
             "part": "step" if part == "duration" else part,
             "base_mean": sb["mean"], "base_p50": sb["p50"], "base_p90": sb["p90"],
             "base_p99": sb["p99"], "new_mean": sn["mean"], "new_p50": sn["p50"],
             "new_p90": sn["p90"], "new_p99": sn["p99"],
-            "delta_mean": (sn["mean"] or 0.0) - (sb["mean"] or 0.0),
+            "delta_mean": change.delta, "delta_lo": change.lo, "delta_hi": change.hi,
             "base_share": _share(b, part), "new_share": _share(n, part),
         })  # fmt: skip
     return pd.DataFrame(rows)

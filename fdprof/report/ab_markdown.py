@@ -38,9 +38,18 @@ MODE_HEADER = ["mode", "tok/s median", "tok/s range", "step p50 ms", "p90", "p99
 
 
 def breakdown_rows(result: ABResult) -> list[list[object]]:
-    return [
+    """Mean ms per step of each part in each mode, then the change with its 95% CI."""
+    change = result.breakdown_change()
+    rows: list[list[object]] = [
         [LABELS[mode], *(f"{result.breakdown_ms(mode)[p]:.2f}" for p in PARTS)] for mode in MODES
     ]
+    rows.append(
+        [
+            "change [95% CI]",
+            *(f"{change[p].delta:+.2f} [{change[p].lo:+.2f}, {change[p].hi:+.2f}]" for p in PARTS),
+        ]
+    )
+    return rows  # fmt: skip
 
 
 RUN_HEADER = ["run", "mode", "seed", "tok/s", "steps", "swaps out/in", "races", "latent",

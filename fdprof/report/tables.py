@@ -112,9 +112,10 @@ def diff_document(d: DiffResult) -> Document:
     moved = Table(
         "Where the time moved (ms per step: mean, p50/p90/p99)",
         ["part", b.label, f"{b.label} p50/p90/p99", n.label, f"{n.label} p50/p90/p99",
-         "change", "share"],
+         "change [95% CI]", "share"],
         [[r.part, ms(r.base_mean), _pcts(r, "base"), ms(r.new_mean), _pcts(r, "new"),
-          _signed(r.delta_mean), f"{pct(r.base_share)} -> {pct(r.new_share)}"]
+          f"{_signed(r.delta_mean)} [{_signed(r.delta_lo)}, {_signed(r.delta_hi)}]",
+          f"{pct(r.base_share)} -> {pct(r.new_share)}"]
          for r in d.moved.itertuples()],
     )  # fmt: skip
     return Document("fdprof diff", summary, [

@@ -69,6 +69,8 @@ def test_diff_prints_ratios_and_writes_markdown(files, fdprof, tmp_path):
     assert out.read_text().startswith("# fdprof diff")
     doc = json.loads(fdprof("diff", files["baseline"], files["lockless"], "--json").stdout)
     assert doc["throughput"]["ratio"] > 1.5 and doc["base"]["label"] == "baseline"
+    lock_wait = next(r for r in doc["moved"] if r["part"] == "lock_wait")
+    assert lock_wait["delta_lo"] <= lock_wait["delta_mean"] <= lock_wait["delta_hi"] < 0
 
 
 def test_missing_trace_is_one_line_exit_2_from_the_executable():

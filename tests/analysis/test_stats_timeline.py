@@ -5,7 +5,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fdprof.analysis.stats import paired_ratio_ci, ratio_ci, spread
+from fdprof.analysis.stats import difference_ci, paired_ratio_ci, ratio_ci, spread
 from fdprof.analysis.timeline import covered, union
 from fdprof.errors import FdprofError
 
@@ -29,6 +29,19 @@ def test_rate_statistic_is_total_over_total():
     new = np.array([[30, 1.0], [10, 1.0]])
     assert ratio_ci(base, new, "rate").ratio == pytest.approx(2.0)
     assert paired_ratio_ci([4, 4], [2, 2]).ratio == pytest.approx(2.0)
+
+
+def test_difference_of_means_and_its_interval():
+    """The change a part of the step moved, in its own unit; zero parts are fine (no ratio)."""
+    rng = np.random.default_rng(6)
+    base, new = rng.normal(50, 4, 300), rng.normal(47, 4, 300)
+    d = difference_ci(base, new, seed=1)
+    assert d.delta == pytest.approx(new.mean() - base.mean())
+    assert d.lo < d.delta < d.hi and d.hi < 0 and not d.includes_zero
+    assert difference_ci(base, new, seed=1) == d
+    gone = difference_ci(rng.exponential(7, 100), np.zeros(100), seed=1)
+    assert gone.hi < 0 and gone.lo < gone.delta < gone.hi
+    assert difference_ci(rng.normal(5, 1, 80), rng.normal(5, 1, 80)).includes_zero
 
 
 def _mixed_steps(rng, speed: float) -> np.ndarray:
