@@ -71,6 +71,7 @@ def test_reports_are_written_and_self_contained(ab_run):
     for chunk in html.split("<svg")[1:]:
         ET.fromstring("<svg" + chunk.split("</svg>")[0] + "</svg>")
     assert "Throughput gain" in md and "| lockless |" in md and "| change [95% CI] |" in md
+    assert "Where it came from, lockless - baseline ms per step [95% CI]: compute" in md
 
 
 def test_too_few_runs_is_a_usage_error(tmp_path):

@@ -25,6 +25,12 @@ def headline(result: ABResult) -> list[str]:
         f"over {k} paired runs per mode; {verdict}.",
         f"Ideal gain if the baseline's swaps and lock waits overlapped compute perfectly: "
         f"{ideal.ratio:.3f}x, 95% CI {_ci(ideal.lo, ideal.hi)} (from the baseline's own spans).",
+        "Where it came from, lockless - baseline ms per step [95% CI]: "
+        + ", ".join(
+            f"{part} {c.delta:+.2f} [{c.lo:+.2f}, {c.hi:+.2f}]"
+            for part, c in result.breakdown_change().items()
+        )
+        + ".",
         f"Races: baseline {base_h['races']} ({base_h['latent']} latent), "
         f"lockless {new_h['races']} ({new_h['latent']} latent); "
         f"clock alarms {base_h['clock_alarms'] + new_h['clock_alarms']}, "
