@@ -15,7 +15,7 @@ import pandas as pd
 
 from fdprof.analysis.breakdown import PARTS, step_breakdown
 from fdprof.analysis.columns import json_records, require
-from fdprof.analysis.stats import RatioCI, difference_ci, ratio_ci, spread
+from fdprof.analysis.stats import RatioCI, difference_ci, paired_ratio_ci, ratio_ci, spread
 from fdprof.analysis.timeline import covered, union
 from fdprof.trace.model import Trace
 
@@ -37,7 +37,8 @@ class RunSummary:
     by_name: pd.DataFrame
     by_role: pd.DataFrame
     locks: pd.DataFrame
-    swap_overlap: float | None
+    #: share of swap time during which ``execute_model`` ran, with its CI over swaps
+    swap_overlap: RatioCI | None
 
     @property
     def n_steps(self) -> int:
@@ -61,7 +62,9 @@ class RunSummary:
             "tokens": self.tokens, "tokens_per_s": self.tokens_per_s,
             "steps_per_s": self.steps_per_s, "step_latency_ns": self.step_latency,
             "breakdown_ns": {p: spread(self.breakdown[p]) for p in PARTS},
-            "swap_overlap": self.swap_overlap,
+            "swap_overlap": None if self.swap_overlap is None else self.swap_overlap.ratio,
+            "swap_overlap_ci95": None if self.swap_overlap is None else [
+                self.swap_overlap.lo, self.swap_overlap.hi],
             "by_name": json_records(self.by_name), "by_role": json_records(self.by_role),
             "locks": json_records(self.locks),
         }  # fmt: skip
@@ -151,19 +154,17 @@ def time_by(spans: pd.DataFrame, key: str | list[str]) -> pd.DataFrame:
     return out.reset_index().sort_values("total", ascending=False, kind="stable")
 
 
-def swap_overlap(spans: pd.DataFrame) -> float | None:
-    """Fraction of the swaps' (union) time during which some ``execute_model`` ran."""
+def swap_overlap(spans: pd.DataFrame, seed: int = 0) -> RatioCI | None:
+    """Share of swap time (summed over swaps) during which some ``execute_model`` ran, with a
+    95% CI over swaps resampled; None without swap time."""
     done = spans[spans["end"] != -1]
     swaps = done[done["name"].isin(SWAP_NAMES)]
-    if swaps.empty:
-        return None
-    su = union(swaps["start"].to_numpy(), swaps["end"].to_numpy())
-    total = int((su[1] - su[0]).sum())
-    if total == 0:
+    start, end = swaps["start"].to_numpy(np.int64), swaps["end"].to_numpy(np.int64)
+    if int((end - start).sum()) == 0:
         return None
     comp = done[done["name"].isin(COMPUTE_NAMES)]
     cu = union(comp["start"].to_numpy(), comp["end"].to_numpy())
-    return float(covered(cu, su[0], su[1]).sum()) / total
+    return paired_ratio_ci(covered(cu, start, end), end - start, seed=seed)
 
 
 def _throughput_ratio(sb: RunSummary, sn: RunSummary, tokens: bool, seed: int) -> RatioCI:

@@ -103,7 +103,8 @@ def diff_document(d: DiffResult) -> Document:
         f"{ratio_text(d.throughput)}",
         f"step latency p50: {ms(b.step_latency['p50'])} -> {ms(n.step_latency['p50'])} ms, "
         f"{ratio_text(d.step_latency)}",
-        f"swap time overlapped with execute_model: {pct(b.swap_overlap)} -> {pct(n.swap_overlap)}",
+        f"swap time overlapped with execute_model: {_share_ci(b.swap_overlap)} -> "
+        f"{_share_ci(n.swap_overlap)}",
     ]
     lat = Table("Step latency (ms)", ["run", "steps", "p50", "p90", "p99", "mean"], [
         [s.label, str(s.n_steps), *(ms(s.step_latency[k]) for k in ("p50", "p90", "p99", "mean"))]
@@ -140,6 +141,10 @@ def ms(ns: float | None) -> str:
 
 def pct(x: float | None) -> str:
     return "-" if x is None or pd.isna(x) else f"{100 * x:.1f}%"
+
+
+def _share_ci(r: RatioCI | None) -> str:
+    return "-" if r is None else f"{pct(r.ratio)} [95% CI {pct(r.lo)}, {pct(r.hi)}]"
 
 
 def _num(x: float | None) -> str:

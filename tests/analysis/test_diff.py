@@ -45,7 +45,7 @@ def test_where_the_time_moved(runs):
     assert d.throughput.ratio > 1.5 and not d.throughput.includes_one
     assert d.throughput_unit == "tokens/s"
     assert d.step_latency.hi < 1
-    assert d.base.swap_overlap == 0 and d.new.swap_overlap > 0.9
+    assert d.base.swap_overlap.ratio == 0 and d.new.swap_overlap.ratio > 0.9
     assert set(d.base.locks["name"]) == {"lock_wait", "lock_hold"} and d.new.locks.empty
     assert {"count_base", "total_new", "p99_base", "delta_total"} <= set(d.by_name.columns)
     doc = json.loads(json.dumps(d.to_json()))
@@ -99,12 +99,16 @@ def test_unknown_step_name_is_one_clear_error(runs):
         diff_traces(*runs, step_name="Nope")
 
 
-def test_swap_overlap_counts_union_time():
+def test_swap_overlap_is_the_share_of_swap_time_under_compute_with_its_interval():
     b = TraceBuilder()
     b.span("2/1", "swap", 0, 100)
     b.span("2/2", "swap", 50, 150)
+    b.span("2/3", "swap", 300, 400)
     b.span("3/1", "execute_model", 100, 200)
-    assert swap_overlap(b.build().spans) == pytest.approx(50 / 150)
+    b.span("3/2", "execute_model", 250, 350)
+    share = swap_overlap(b.build().spans)
+    assert share.ratio == pytest.approx((0 + 50 + 50) / 300)
+    assert 0 <= share.lo < share.ratio < share.hi <= 1
     assert swap_overlap(TraceBuilder().build().spans) is None
 
 
