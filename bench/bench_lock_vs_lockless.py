@@ -1,7 +1,8 @@
 """Lock (``--kv-lock ipc``) vs lockless (``none``) on the default workload, measured side by side.
 
 Runs alternate (ipc, none, ipc, none, ...) so drift in the machine's load hits both modes alike;
-each pair gives one ratio of throughputs, and the script prints the median ratio with its spread.
+each pair gives one ratio of throughputs, and the script prints the median ratio with its spread
+and, as ``fdprof ab`` reports it, the geometric mean with its Student-t 95% CI.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from pathlib import Path
 
 from engine.config import EngineConfig
 from engine.launcher import run_engine
+from fdprof.analysis.stats import geometric_mean_ci
 from fdprof.probe import ProbeConfig
 
 
@@ -48,6 +50,9 @@ def main() -> None:
         f"min {min(ratios):.3f}, max {max(ratios):.3f}, IQR {q[0]:.3f}-{q[2]:.3f} "
         f"over {len(ratios)} alternating pairs"
     )
+    if len(ratios) > 1:
+        g = geometric_mean_ci(ratios, "geometric mean")
+        print(f"geometric mean {g.ratio:.3f}, 95% CI [{g.lo:.3f}, {g.hi:.3f}] ({g.method})")
     print(
         f"tokens/s median: ipc {statistics.median(tps['ipc']):.1f}, "
         f"none {statistics.median(tps['none']):.1f}"

@@ -44,13 +44,16 @@ def test_json_has_the_contract_keys(ab_run):
     lo, hi = data["gain"]["ci95"]
     assert lo <= data["gain"]["ratio"] <= hi
     assert data["gain"]["includes_one"] == (lo <= 1.0 <= hi)
+    assert data["gain"]["method"] == "Student t on log ratios, 2 units"  # pairs, not runs
+    assert data["ideal_ci95"][0] <= data["ideal_ratio"] <= data["ideal_ci95"][1]
     change = data["breakdown_change_ms"]
     assert set(change) == {"compute", "lock_wait", "swap_blocking", "idle"}
     for part, c in change.items():
         base, new = data["baseline"]["breakdown_ms"][part], data["lockless"]["breakdown_ms"][part]
         assert c["ci95"][0] <= c["delta"] <= c["ci95"][1]
         assert c["delta"] == pytest.approx(new - base)  # every run weighs the same in both
-    assert change["lock_wait"]["ci95"][1] < 0  # the lock's wait is gone in every pair
+    assert data["lockless"]["breakdown_ms"]["lock_wait"] == 0  # no lock, no wait
+    assert change["lock_wait"]["delta"] < 0
 
 
 def test_correct_protocol_is_clean_in_both_modes(ab_run):

@@ -131,27 +131,43 @@ def ideal_gain(trace: Trace, step_name: str | None = None, *, seed: int = 0) -> 
     """From the run's own spans: actual over ideal time for the same work, about 1 for a run
     that already overlaps. See :func:`ideal_ratio`."""
     b = step_breakdown(trace, step_name)
-    cols = b[list(_IDEAL_COLUMNS)].to_numpy(float)
-    ideal = cols[:, 1].sum() + max(cols[:, 2].sum(), cols[:, 3].sum())
-    return IdealGain(ideal_ratio(b, seed=seed), int(cols[:, 0].sum()), int(ideal))
+    actual, ideal = _actual_and_ideal(_totals(b))
+    return IdealGain(ideal_ratio(b, seed=seed), int(actual[0]), int(ideal[0]))
 
 
 _IDEAL_COLUMNS = ("duration", "idle", "compute", "blocking_any")
 
 
+def _totals(breakdown: pd.DataFrame) -> np.ndarray:
+    """The steps' summed ``_IDEAL_COLUMNS``, as one sample: shape (1, 4)."""
+    return breakdown[list(_IDEAL_COLUMNS)].to_numpy(float).sum(axis=0)[None]
+
+
+def _actual_and_ideal(totals: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Actual and ideal time of samples of steps, ``totals`` the samples' summed
+    ``_IDEAL_COLUMNS``, shaped (samples, 4). Ideal: every swap and lock wait hidden under the
+    compute of the run as a whole, not of its own step (a lockless engine's background eviction
+    spans several steps), so ``ideal = idle + max(compute, blocking)`` over all the steps: the
+    best removing the lock can do while the transfer link stays as fast as it is."""
+    duration, idle, compute, blocking = totals.T
+    return duration, idle + np.maximum(compute, blocking)
+
+
 def _speedup_if_hidden(a: np.ndarray, idx: np.ndarray) -> np.ndarray:
-    duration, idle, compute, blocking = (np.ascontiguousarray(a[:, i])[idx].sum(axis=1)
-                                         for i in range(4))  # fmt: skip
-    return duration / (idle + np.maximum(compute, blocking))
+    totals = np.column_stack([np.ascontiguousarray(a[:, i])[idx].sum(axis=1) for i in range(4)])
+    actual, ideal = _actual_and_ideal(totals)
+    return actual / ideal
+
+
+def ideal_speedup(breakdown: pd.DataFrame) -> float:
+    """Actual over ideal time of the steps in ``breakdown`` (see :func:`_actual_and_ideal`)."""
+    actual, ideal = _actual_and_ideal(_totals(breakdown))
+    return float(actual[0] / ideal[0])
 
 
 def ideal_ratio(breakdown: pd.DataFrame, *, seed: int = 0) -> RatioCI:
-    """Actual over ideal time of the steps in ``breakdown`` (one run's, or several runs'
-    concatenated), with a CI over steps resampled whole.
-
-    Ideal: every swap and lock wait hidden under the compute of the run as a whole, not of its
-    own step (a lockless engine's background eviction spans several steps), so
-    ``ideal = idle + max(compute, blocking)`` over all the steps: the best removing the lock can
-    do while the transfer link stays as fast as it is."""
+    """:func:`ideal_speedup` of one run's steps, with a CI over its steps resampled whole (for
+    several runs, take each run's speed-up and :func:`~fdprof.analysis.stats.geometric_mean_ci`
+    over the runs)."""
     rows = breakdown[list(_IDEAL_COLUMNS)].to_numpy(float)
     return bootstrap_ci(rows, _speedup_if_hidden, "ideal speed-up", seed=seed)

@@ -22,9 +22,10 @@ def headline(result: ABResult) -> list[str]:
     base_h, new_h = result.hazards("ipc"), result.hazards("none")
     lines = [
         f"Throughput gain (lockless / baseline): {g.ratio:.3f}x, 95% CI {_ci(g.lo, g.hi)} "
-        f"over {k} paired runs per mode; {verdict}.",
+        f"(geometric mean over {k} seed pairs, Student t); {verdict}.",
         f"Ideal gain if the baseline's swaps and lock waits overlapped compute perfectly: "
-        f"{ideal.ratio:.3f}x, 95% CI {_ci(ideal.lo, ideal.hi)} (from the baseline's own spans).",
+        f"{ideal.ratio:.3f}x, 95% CI {_ci(ideal.lo, ideal.hi)} (from the baseline's own spans, "
+        f"over its {k} runs).",
         "Where it came from, lockless - baseline ms per step [95% CI]: "
         + ", ".join(
             f"{part} {c.delta:+.2f} [{c.lo:+.2f}, {c.hi:+.2f}]"

@@ -5,7 +5,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fdprof.analysis.stats import difference_ci, paired_ratio_ci, ratio_ci, spread
+from fdprof.analysis.stats import (
+    difference_ci,
+    geometric_mean_ci,
+    paired_difference_ci,
+    paired_ratio_ci,
+    ratio_ci,
+    spread,
+)
 from fdprof.analysis.timeline import covered, union
 from fdprof.errors import FdprofError
 
@@ -42,6 +49,41 @@ def test_difference_of_means_and_its_interval():
     gone = difference_ci(rng.exponential(7, 100), np.zeros(100), seed=1)
     assert gone.hi < 0 and gone.lo < gone.delta < gone.hi
     assert difference_ci(rng.normal(5, 1, 80), rng.normal(5, 1, 80)).includes_zero
+
+
+def test_few_paired_runs_get_a_student_t_interval():
+    """Worked by hand: log ratios ln 2 and ln 8 have mean ln 4 and standard error ln 4 / 2; with
+    one degree of freedom the 95% half-width is 12.706 times that."""
+    g = geometric_mean_ci([2.0, 8.0], "ratio")
+    half = 12.7062047 * np.log(4) / 2
+    assert g.ratio == pytest.approx(4.0)
+    assert (g.lo, g.hi) == pytest.approx((4 * np.exp(-half), 4 * np.exp(half)))
+    assert g.method == "Student t on log ratios, 2 units"
+    d = paired_difference_ci([3.0, 5.0, 7.0], [1.0, 1.0, 1.0])
+    half = 4.302653 * 2 / np.sqrt(3)  # differences 2, 4, 6: sd 2, two degrees of freedom
+    assert (d.delta, d.lo, d.hi) == pytest.approx((4.0, 4 - half, 4 + half))
+    with pytest.raises(FdprofError, match="at least two"):
+        geometric_mean_ci([1.2], "ratio")
+    with pytest.raises(FdprofError, match="positive"):
+        geometric_mean_ci([1.2, 0.0], "ratio")
+
+
+def test_the_interval_over_five_pairs_covers_as_it_claims():
+    """A/B runs come in few seed pairs. Drawn 600 times from pairs with a known gain (shared
+    drift per pair, noise per run): the t interval covers it about 95% of the time, where a
+    bootstrap of the same five pairs covers it far less often (this is why ab uses t)."""
+    rng = np.random.default_rng(7)
+    gain, t_hits, boot_hits, trials = 1.15, 0, 0, 600
+    for k in range(trials):
+        drift = rng.normal(0, 0.05, 5)
+        base = 230 * np.exp(drift + rng.normal(0, 0.04, 5))
+        new = 230 * gain * np.exp(drift + rng.normal(0, 0.04, 5))
+        t_ci = geometric_mean_ci(new / base, "ratio")
+        boot = paired_ratio_ci(new, base, seed=k, n_boot=500)
+        t_hits += t_ci.lo <= gain <= t_ci.hi
+        boot_hits += boot.lo <= gain <= boot.hi
+    assert 0.93 <= t_hits / trials <= 0.97
+    assert boot_hits / trials < 0.88
 
 
 def _mixed_steps(rng, speed: float) -> np.ndarray:
