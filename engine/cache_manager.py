@@ -79,7 +79,7 @@ class CacheManager:
             return
         lock = getattr(self._locks, "lock", None)
         if lock is None:
-            lock = self._locks.lock = KvLock(self._paths.lock, "cache_manager")
+            lock = self._locks.lock = KvLock(self._paths, self.rank, "cache_manager")
         with lock.held(parent):
             yield
 

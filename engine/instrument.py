@@ -32,4 +32,5 @@ QUEUE_SWAP = probe.obj("queue:swap")
 SIGNAL_SWAP_DONE = probe.obj("signal:swap_done")
 QUEUE_BATCH = probe.obj("queue:batch")
 QUEUE_RESULT = probe.obj("queue:result")
-LOCK_KV = probe.obj("lock:kv")
+#: the baseline's lock of DP group r is ``lock:kv/dp<r>`` (one flock file per group)
+LOCK_KV_PREFIX = "lock:kv/dp"

@@ -37,9 +37,10 @@ class RunPaths:
 
     prefix: str
 
-    @property
-    def lock(self) -> Path:
-        return SHM_DIR / f"{self.prefix}-kv.lock"
+    def lock(self, rank: int) -> Path:
+        """The baseline's lock file of one DP group (FastDeploy names its ``gpu_cache_lock`` by
+        the group's engine-worker queue port: one lock per group, not per server)."""
+        return SHM_DIR / f"{self.prefix}-kv-{rank}.lock"
 
     @property
     def control(self) -> Path:
@@ -147,14 +148,17 @@ class SwapSignal:
 
 
 class KvLock:
-    """The baseline's inter-process lock (FastDeploy's IPCLock): ``flock`` on a file in /dev/shm.
+    """The baseline's inter-process lock (FastDeploy's IPCLock): ``flock`` on a file in /dev/shm,
+    one per DP group.
 
     Each user (thread or process) opens its own descriptor, since flock excludes open file
-    descriptions, not threads. Wait and hold are recorded as ``lock_wait``/``lock_hold`` spans.
+    descriptions, not threads. Wait and hold are recorded as ``lock_wait``/``lock_hold`` spans,
+    handoffs as syncs on ``lock:kv/dp<rank>``.
     """
 
-    def __init__(self, path: Path, holder: str) -> None:
-        self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    def __init__(self, paths: RunPaths, rank: int, holder: str) -> None:
+        self._fd = os.open(paths.lock(rank), os.O_RDWR | os.O_CREAT, 0o600)
+        self._obj = probe.obj(f"{I.LOCK_KV_PREFIX}{rank}")
         self.holder = holder
 
     @contextmanager
@@ -163,7 +167,7 @@ class KvLock:
         wait = p.begin(I.LOCK_WAIT, parent)
         p.set_str(wait, I.LOCK_HOLDER, self.holder)
         fcntl.flock(self._fd, fcntl.LOCK_EX)
-        p.acquire(I.LOCK_KV)
+        p.acquire(self._obj)
         p.end(wait)
         hold = p.begin(I.LOCK_HOLD, parent)
         p.set_str(hold, I.LOCK_HOLDER, self.holder)
@@ -171,7 +175,7 @@ class KvLock:
             yield hold
         finally:
             p.end(hold)
-            p.release(I.LOCK_KV)
+            p.release(self._obj)
             fcntl.flock(self._fd, fcntl.LOCK_UN)
 
     def close(self) -> None:

@@ -166,8 +166,8 @@ def _create_shared(cfg: EngineConfig, paths: RunPaths) -> Control:
     for rank in range(cfg.dp):
         create_shm_file(paths.gpu_pool(rank), cfg.pool_bytes(cfg.gpu_blocks))
         SwapSignal(paths.signal(rank), create=True)
-    if cfg.kv_lock == "ipc":
-        create_shm_file(paths.lock, 0)
+        if cfg.kv_lock == "ipc":
+            create_shm_file(paths.lock(rank), 0)
     return control
 
 

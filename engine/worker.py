@@ -79,7 +79,7 @@ def serve(ctx: ProcessContext) -> dict:
     torch.set_num_threads(1)
     device = resolve_device(ctx.cfg.device)
     worker = Worker(ctx, device)
-    lock = KvLock(ctx.paths.lock, "worker") if ctx.cfg.kv_lock == "ipc" else None
+    lock = KvLock(ctx.paths, ctx.rank, "worker") if ctx.cfg.kv_lock == "ipc" else None
     control = ctx.control
     p = probe.get()
     p.name_thread("worker")

@@ -1,8 +1,13 @@
 import argparse
+import os
+import signal
 import subprocess
 import sys
+from pathlib import Path
 
 from fdprof.cli import build_parser
+
+TRACES = Path(__file__).resolve().parents[1] / "traces"
 
 
 def run_fdprof(*args: str) -> subprocess.CompletedProcess:
@@ -42,3 +47,20 @@ def test_unwritable_output_is_one_line_exit_2():
     assert result.stderr.strip() == (
         "fdprof run: /proc/fdprof-cannot-create: No such file or directory"
     )
+
+
+def test_a_reader_that_went_away_stops_it_quietly():
+    """``fdprof hazards TRACE | head -1``: the pipe closes before the report is written; no
+    traceback, no error line, the exit status a shell gives a tool killed by SIGPIPE."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    result = subprocess.run(
+        [sys.executable, "-m", "fdprof", "hazards", str(TRACES / "lockless")],
+        stdout=write_end,
+        stderr=subprocess.PIPE,
+        text=True,
+        timeout=120,
+    )
+    os.close(write_end)
+    assert result.stderr == ""
+    assert result.returncode == 128 + signal.SIGPIPE

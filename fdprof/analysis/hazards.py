@@ -156,7 +156,8 @@ def dp_groups(trace: Trace) -> dict[int, int]:
 def _scoped_objects(syncs: pd.DataFrame, groups: dict[int, int]) -> pd.DataFrame:
     """Object names made unique where the name alone is ambiguous: ``mutex:*`` are
     in-process (scoped by pid); keyed channels (queues, signals) belong to one DP group.
-    Seq-less inter-process objects (``lock:kv``, one flock file per run) stay global."""
+    Seq-less inter-process objects stay global: their name says which one they are (our
+    engine's ``lock:kv/dp0``, one flock file per DP group)."""
     if syncs.empty:
         return syncs
     obj = syncs["obj"].astype(str).to_numpy(dtype=object)

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import pkgutil
+import signal
 import sys
 from pathlib import Path
 
@@ -56,6 +58,9 @@ def main(argv: list[str] | None = None) -> int:
     except FdprofError as exc:
         print(f"fdprof {args.command}: {exc}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # the reader went away (| head): stop quietly, as a shell tool does
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 128 + signal.SIGPIPE
     except OSError as exc:  # an output path that cannot be written, a full disk, ...
         where = f"{exc.filename}: " if exc.filename else ""
         print(f"fdprof {args.command}: {where}{exc.strerror or exc}", file=sys.stderr)

@@ -34,4 +34,4 @@ def test_engine_run_captures_nvtx_that_joins_to_records(tmp_path):
     joined = nv.spans.merge(native.spans, on="span_id", suffixes=("_nvtx", ""))
     assert len(joined) == len(nv.spans) == len(native.spans)
     assert (joined.name_nvtx == joined.name).all() and (joined.pid_nvtx == joined.pid).all()
-    assert set(nv.syncs.obj) >= {"queue:swap", "signal:swap_done", "lock:kv"}
+    assert set(nv.syncs.obj) >= {"queue:swap", "signal:swap_done", "lock:kv/dp0"}

@@ -1,16 +1,28 @@
-"""The baseline lock excludes across real processes, and its file is private to the user."""
+"""The baseline lock excludes across real processes, one lock per DP group, and its file is
+private to the user."""
 
+import fcntl
 import multiprocessing
 import os
+import secrets
 import stat
 import time
-from pathlib import Path
 
-from engine.ipc import KvLock
+import pytest
+
+from engine.ipc import KvLock, RunPaths
 
 
-def _hold(lock_path: str, log_path: str, name: str, rounds: int) -> None:
-    lock = KvLock(Path(lock_path), name)
+@pytest.fixture
+def paths():
+    run = RunPaths(f"fdprof-test-{os.getpid()}-{secrets.token_hex(4)}")
+    yield run
+    for leftover in run.leftovers():
+        leftover.unlink()
+
+
+def _hold(prefix: str, log_path: str, name: str, rounds: int) -> None:
+    lock = KvLock(RunPaths(prefix), 0, name)
     for _ in range(rounds):
         with lock.held(), open(log_path, "a") as log:
             log.write(f"{name} in\n")
@@ -20,10 +32,10 @@ def _hold(lock_path: str, log_path: str, name: str, rounds: int) -> None:
     lock.close()
 
 
-def test_flock_excludes_two_processes(tmp_path):
-    lock_path, log_path = tmp_path / "kv.lock", tmp_path / "log"
+def test_flock_excludes_two_processes(tmp_path, paths):
+    log_path = tmp_path / "log"
     mp = multiprocessing.get_context("spawn")
-    procs = [mp.Process(target=_hold, args=(str(lock_path), str(log_path), n, 20)) for n in "ab"]
+    procs = [mp.Process(target=_hold, args=(paths.prefix, str(log_path), n, 20)) for n in "ab"]
     for p in procs:
         p.start()
     for p in procs:
@@ -33,4 +45,23 @@ def test_flock_excludes_two_processes(tmp_path):
     assert len(lines) == 80
     for enter, leave in zip(lines[::2], lines[1::2], strict=True):
         assert enter.endswith(" in") and leave == enter.replace(" in", " out")
-    assert stat.S_IMODE(os.stat(lock_path).st_mode) == 0o600
+    assert stat.S_IMODE(os.stat(paths.lock(0)).st_mode) == 0o600
+
+
+def test_each_dp_group_has_its_own_lock(paths):
+    """As FastDeploy's gpu_cache_lock, named per engine-worker queue port: group 0 holding its
+    lock does not stop group 1."""
+    group0, group1 = KvLock(paths, 0, "worker"), KvLock(paths, 1, "worker")
+    other0 = os.open(paths.lock(0), os.O_RDWR)
+    other1 = os.open(paths.lock(1), os.O_RDWR)
+    try:
+        with group0.held():
+            with pytest.raises(BlockingIOError):
+                fcntl.flock(other0, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(other1, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(other1, fcntl.LOCK_UN)
+    finally:
+        for fd in (other0, other1):
+            os.close(fd)
+        group0.close()
+        group1.close()

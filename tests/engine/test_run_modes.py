@@ -51,7 +51,7 @@ def test_mode_swaps_both_ways_without_corruption(tmp_path, kv_lock):
     assert ops[("queue:result", "acquire")] == results["steps"]
     assert ops[("signal:swap_done", "acquire")] == names["transfer"]["swap"]
     assert ops[("mutex:kv_cache/dp0", "acquire")] == ops[("mutex:kv_cache/dp0", "release")] > 0
-    assert (ops[("lock:kv", "acquire")] > 0) == (kv_lock == "ipc")
+    assert (ops[("lock:kv/dp0", "acquire")] > 0) == (kv_lock == "ipc")
     assert all(s < SEQ_STRIDE for o, _, s in syncs if o == "queue:batch")
 
     swap_attrs = {f[1] for k, f in recs["transfer"] if k == R.Kind.ATTR_INTS}
