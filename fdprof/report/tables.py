@@ -105,6 +105,7 @@ def diff_document(d: DiffResult) -> Document:
         f"{ratio_text(d.step_latency)}",
         f"swap time overlapped with execute_model: {_share_ci(b.swap_overlap)} -> "
         f"{_share_ci(n.swap_overlap)}",
+        *(f"caution: {c}" for c in d.cautions),
     ]
     lat = Table("Step latency (ms)", ["run", "steps", "p50", "p90", "p99", "mean"], [
         [s.label, str(s.n_steps), *(ms(s.step_latency[k]) for k in ("p50", "p90", "p99", "mean"))]
