@@ -29,8 +29,19 @@ def test_correct_runs_are_clean(name):
 def test_each_fault_is_flagged(name):
     result = fdprof("hazards", str(TRACES / name), "--json")
     assert result.returncode == 1, result.stderr
-    races = json.loads(result.stdout)["races"]
+    data = json.loads(result.stdout)
+    races = data["races"]
     assert races and all({r["name_a"], r["name_b"]} == {"swap", "execute_model"} for r in races)
+    kinds = {(k["name_a"], k["name_b"], k["modes"]): k["pairs"] for k in data["race_kinds"]}
+    assert sum(kinds.values()) == len(races)
+    # what raced with what names the bug: the worker reads a block a swap-in still writes
+    # (no-wait-swap-in), writes a block a swap-out still reads (free-before-swap-out)
+    expected = {
+        "fault-no-wait-swap-in": {("execute_model", "swap", "rw")},
+        "fault-free-before-swap-out": {("execute_model", "swap", "wr")},
+    }.get(name)
+    if expected is not None:
+        assert set(kinds) == expected
 
 
 def test_lock_what_if_on_the_baseline_finds_nothing_unordered():

@@ -82,9 +82,15 @@ class HazardReport:
     def clean(self) -> bool:
         return self.races.empty
 
+    @property
+    def kinds(self) -> pd.DataFrame:
+        """The races grouped by kind: see :func:`race_kinds`."""
+        return race_kinds(self.races)
+
     def to_json(self) -> dict[str, Any]:
         return {
             "races": json_records(self.races),
+            "race_kinds": json_records(self.kinds),
             "counts": self.counts,
             "clock_alarms": json_records(self.alarms),
             "gaps": json_records(self.gaps),
@@ -143,6 +149,44 @@ def find_hazards(trace: Trace, drop_objects: Iterable[str] = ()) -> HazardReport
     return HazardReport(
         races, alarms.drop(columns="overlapped"), _gap_frame(gaps), dropped, tuple(lanes), n
     )
+
+
+KIND_KEYS = ["name_a", "role_a", "name_b", "role_b", "modes"]
+
+
+def race_kinds(races: pd.DataFrame) -> pd.DataFrame:
+    """Races grouped by what raced with what (span names, roles, access modes): one row per
+    root-cause candidate, as a seeded bug shows up as hundreds of pairs of one kind. Each pair
+    is put in a fixed order first (a: the smaller (name, role); ``modes`` follow), so a kind
+    does not split by which span came first. Columns: ``pairs``, ``overlapped`` (pairs that
+    overlapped in time), ``spans_a``/``spans_b`` (distinct spans), ``blocks`` (distinct
+    blocks), ``first_ns`` (earliest start of a pair); most pairs first."""
+    if races.empty:
+        return pd.DataFrame(columns=[*KIND_KEYS, "pairs", "overlapped", "spans_a", "spans_b",
+                                     "blocks", "first_ns"])  # fmt: skip
+    a = races[["name_a", "role_a", "span_a"]].astype({"name_a": str, "role_a": str}).to_numpy()
+    b = races[["name_b", "role_b", "span_b"]].astype({"name_b": str, "role_b": str}).to_numpy()
+    flip = (a[:, 0] > b[:, 0]) | ((a[:, 0] == b[:, 0]) & (a[:, 1] > b[:, 1]))
+    a[flip], b[flip] = b[flip], a[flip].copy()
+    modes = races["modes"].astype(str).to_numpy(dtype=object)
+    modes[flip] = [m[::-1] for m in modes[flip]]
+    frame = pd.DataFrame({
+        "name_a": a[:, 0], "role_a": a[:, 1], "name_b": b[:, 0], "role_b": b[:, 1],
+        "modes": modes, "span_a": a[:, 2], "span_b": b[:, 2],
+        "overlapped": races["overlapped"].to_numpy(), "blocks": races["blocks"].to_numpy(),
+        "first_ns": np.minimum(races["start_a"], races["start_b"]).to_numpy(),
+    })  # fmt: skip
+    g = frame.groupby(KIND_KEYS, sort=False)
+    out = g.agg(
+        pairs=("span_a", "size"),
+        overlapped=("overlapped", "sum"),
+        spans_a=("span_a", "nunique"),
+        spans_b=("span_b", "nunique"),
+        first_ns=("first_ns", "min"),
+    ).join(g["blocks"].agg(lambda b: len({x for blocks in b for x in blocks})).rename("blocks"))
+    out = out.reset_index()[[*KIND_KEYS, "pairs", "overlapped", "spans_a", "spans_b", "blocks",
+                             "first_ns"]]  # fmt: skip
+    return out.sort_values(["pairs", "first_ns"], ascending=[False, True]).reset_index(drop=True)
 
 
 def dp_groups(trace: Trace) -> dict[int, int]:

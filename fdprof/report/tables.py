@@ -72,6 +72,7 @@ def hazards_document(report: HazardReport) -> Document:
     if report.dropped_objects:
         summary.append("edges of " + ", ".join(report.dropped_objects) + " dropped")
     return Document("fdprof hazards", summary, [
+        _kinds_table(report.kinds),
         _pairs_table("Races (unordered conflicting accesses)", report.races, with_overlap=True),
         _pairs_table("Clock alarms (ordered, yet overlapping in time)", report.alarms),
         _frame_table("Instrumentation gaps (not races)", report.gaps,
@@ -179,6 +180,21 @@ def _pairs_table(title: str, df: pd.DataFrame, with_overlap: bool = False) -> Ta
         for r in df.head(MAX_ROWS).itertuples()
     ]  # fmt: skip
     return Table(title, headers, rows, _more(len(df)))
+
+
+_ACCESS = {"r": "read", "w": "write"}
+
+
+def _kinds_table(kinds: pd.DataFrame) -> Table:
+    headers = ["span a (role)", "span b (role)", "a / b access", "pairs", "overlapped",
+               "spans a", "spans b", "blocks"]  # fmt: skip
+    rows = [
+        [f"{_name(r.name_a)} ({r.role_a or '-'})", f"{_name(r.name_b)} ({r.role_b or '-'})",
+         " / ".join(_ACCESS.get(m, m) for m in r.modes), _cell(r.pairs), _cell(r.overlapped),
+         _cell(r.spans_a), _cell(r.spans_b), _cell(r.blocks)]
+        for r in kinds.head(MAX_ROWS).itertuples()
+    ]  # fmt: skip
+    return Table("Races by kind (what raced with what)", headers, rows, _more(len(kinds)))
 
 
 def _frame_table(title: str, df: pd.DataFrame, cols: list[str]) -> Table:
