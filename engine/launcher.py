@@ -19,6 +19,8 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Protocol
 
+import numpy as np
+
 from engine.config import EngineConfig
 from engine.ipc import Control, RunPaths, SwapSignal, create_shm_file, remove_stale
 from engine.process import ProcessContext, child_environment, child_main
@@ -196,12 +198,24 @@ def _results(cfg: EngineConfig, group: _Group, wall_s: float, run_dir: Path) -> 
         "wall_s": round(wall_s, 4),
         "tokens_per_s": round(tokens / wall_s, 2) if wall_s > 0 else 0.0,
         "steps": sum(e["steps"] for e in engines),
+        "step_ms": _step_latency_ms([ns for e in engines for ns in e["step_ns"]]),
         "swaps": {k: sum(e["swaps"][k] for e in engines) for k in ("to_cpu", "to_gpu", "blocks")},
         "integrity": {
             k: sum(c[k] for c in checkers) for k in ("blocks_checked", "mismatches", "nan")
         },
         "trace": str(run_dir),
     }
+
+
+def _step_latency_ms(step_ns: list[int]) -> dict[str, float | None]:
+    """p50/p90/p99/max of the steps' wall times, ms: one run's spread, the only uncertainty a
+    single run has (run-to-run spread needs repeats: ``fdprof ab``)."""
+    if not step_ns:
+        return dict.fromkeys(("p50", "p90", "p99", "max"))
+    ms = np.asarray(step_ns, dtype=float) / 1e6
+    p50, p90, p99 = np.percentile(ms, [50, 90, 99])
+    return {"p50": round(float(p50), 3), "p90": round(float(p90), 3),
+            "p99": round(float(p99), 3), "max": round(float(ms.max()), 3)}  # fmt: skip
 
 
 def run_engine(

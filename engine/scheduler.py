@@ -59,6 +59,8 @@ class Scheduler:
         self._result_q = result_q
         self._control = control
         self.steps = 0
+        #: wall time of each step that dispatched a batch (the ``step`` span's duration), ns
+        self.step_ns: list[int] = []
         self.generated = 0
         self.finished = 0
 
@@ -75,6 +77,7 @@ class Scheduler:
         running: list[Request] = []
         inflight: tuple[Batch, list[Request]] | None = None
         while waiting or running:
+            started = time.perf_counter_ns()
             step_sid = p.begin(I.STEP)
             with p.span(I.SCHEDULE, step_sid):
                 self._admit(waiting, running)
@@ -88,6 +91,8 @@ class Scheduler:
             room = self.cfg.max_batch - len(running)
             self.cm.want_free(sum(blocks_for(self.cfg, r.spec) for r in list(waiting)[:room]))
             p.end(step_sid)
+            if inflight is not None:
+                self.step_ns.append(time.perf_counter_ns() - started)
 
     def _admit(self, waiting: deque[Request], running: list[Request]) -> None:
         while waiting and len(running) < self.cfg.max_batch:

@@ -34,6 +34,7 @@ def serve(ctx: ProcessContext) -> dict:
     ctx.swap_q.put(None)
     return {
         "steps": sched.steps,
+        "step_ns": sched.step_ns,
         "generated_tokens": sched.generated,
         "requests": sched.finished,
         "swaps": cache.stats.as_dict(),

@@ -31,12 +31,17 @@ def register(subparsers) -> None:
     p.set_defaults(func=handle)
 
 
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f} ms"
+
+
 def _summary(r: dict) -> str:
     sw, integ = r["swaps"], r["integrity"]
     return (
         f"kv_lock={r['kv_lock']} device={r['device']} requests={r['requests']} "
         f"tokens={r['generated_tokens']} in {r['wall_s']:.2f}s ({r['tokens_per_s']:.1f} tok/s), "
-        f"steps={r['steps']}\n"
+        f"steps={r['steps']} (step p50 {_ms(r['step_ms']['p50'])}, p99 {_ms(r['step_ms']['p99'])}; "
+        "one run: `fdprof ab` repeats runs for a CI)\n"
         f"swaps: {sw['to_cpu']} to_cpu, {sw['to_gpu']} to_gpu, {sw['blocks']} blocks; "
         f"integrity: {integ['blocks_checked']} blocks checked, {integ['mismatches']} mismatches, "
         f"{integ['nan']} NaN/Inf\ntrace: {r['trace']}"

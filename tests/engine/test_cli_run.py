@@ -40,6 +40,8 @@ def test_json_results_and_legacy_env(tmp_path):
     ):
         assert key in res
     assert res["kv_lock"] == "ipc" and res["device"] == "cpu"
+    lat = res["step_ms"]  # one run's spread: step wall times
+    assert 0 < lat["p50"] <= lat["p90"] <= lat["p99"] <= lat["max"]
     assert "FD_USE_KVCACHE_LOCK=1 is deprecated" in r.stderr
     assert res["trace"] == str(out.resolve())
     assert json.loads((out / "run.json").read_text())["results"] == res
