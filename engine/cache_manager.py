@@ -22,6 +22,7 @@ from engine.ipc import SEQ_STRIDE, Control, KvLock, RunPaths, Stopped, SwapSigna
 from engine.messages import SwapTask
 from engine.prefix_cache import Entry, PrefixCache, block_hashes
 from fdprof import probe
+from fdprof import semconv as S
 from fdprof.probe.context import format_traceparent, trace_id_for
 
 
@@ -79,7 +80,7 @@ class CacheManager:
             return
         lock = getattr(self._locks, "lock", None)
         if lock is None:
-            lock = self._locks.lock = KvLock(self._paths, self.rank, "cache_manager")
+            lock = self._locks.lock = KvLock(self._paths, self.rank, S.ROLE_CACHE_MANAGER)
         with lock.held(parent):
             yield
 
@@ -102,7 +103,7 @@ class CacheManager:
         with p.span(I.ISSUE_SWAP_TASK, parent) as sid:
             if not parent:
                 p.link_context(sid, format_traceparent(trace_id, 0))
-            p.set_str(sid, I.ROLE, "cache_manager")
+            p.set_str(sid, I.ROLE, S.ROLE_CACHE_MANAGER)
             p.set_int(sid, I.TASK_ID, task_id)
             p.set_str(sid, I.DIRECTION, direction)
             p.set_int(sid, I.BLOCKS, len(gpu_blocks))
@@ -114,7 +115,7 @@ class CacheManager:
                 self._swap_q.put(task)
                 if is_sync:
                     self._signal.wait(task_id, self._control)
-        if direction == "to_cpu":
+        if direction == S.TO_CPU:
             self.stats.to_cpu += 1
         else:
             self.stats.to_gpu += 1
@@ -147,7 +148,7 @@ class CacheManager:
             table.extend(fresh)
         if swap_in:
             self.issue_swap_task(
-                "to_gpu",
+                S.TO_GPU,
                 [dst for _, dst in swap_in],
                 [e.cpu for e, _ in swap_in],
                 [e.fp for e, _ in swap_in],
@@ -240,7 +241,7 @@ class CacheManager:
                 self.gpu.free(srcs)
                 for e in victims:
                     e.gpu = None
-        self.issue_swap_task("to_cpu", srcs, dsts, [e.fp for e in victims])
+        self.issue_swap_task(S.TO_CPU, srcs, dsts, [e.fp for e in victims])
         with self.mutex:
             for e, dst in zip(victims, dsts, strict=True):
                 e.cpu, e.swapping_out = dst, False

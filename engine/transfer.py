@@ -16,6 +16,7 @@ from engine.kv_pool import host_pool, map_pool
 from engine.messages import SwapTask
 from engine.process import ProcessContext
 from fdprof import probe
+from fdprof import semconv as S
 
 
 class Transfer:
@@ -48,11 +49,11 @@ class Transfer:
             signal.set(task.task_id)
         with p.span(I.SWAP) as sid:
             p.link_context(sid, task.traceparent)
-            p.set_str(sid, I.ROLE, "transfer")
+            p.set_str(sid, I.ROLE, S.ROLE_TRANSFER)
             p.set_int(sid, I.TASK_ID, task.task_id)
             p.set_str(sid, I.DIRECTION, task.direction)
             p.set_int(sid, I.BLOCKS, len(task.gpu_blocks))
-            if task.direction == "to_cpu":
+            if task.direction == S.TO_CPU:
                 read_key, src, read = I.GPU_READ, self.dev, task.gpu_blocks
                 write_key, dst, written = I.CPU_WRITE, self.host, task.cpu_blocks
             else:

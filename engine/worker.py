@@ -19,6 +19,7 @@ from engine.messages import Batch, StepResult
 from engine.model import Decoder, SeqInput
 from engine.process import ProcessContext
 from fdprof import probe
+from fdprof import semconv as S
 
 
 def _device_pool(ctx: ProcessContext, device: str) -> torch.Tensor:
@@ -79,7 +80,7 @@ def serve(ctx: ProcessContext) -> dict:
     torch.set_num_threads(1)
     device = resolve_device(ctx.cfg.device)
     worker = Worker(ctx, device)
-    lock = KvLock(ctx.paths, ctx.rank, "worker") if ctx.cfg.kv_lock == "ipc" else None
+    lock = KvLock(ctx.paths, ctx.rank, S.ROLE_WORKER) if ctx.cfg.kv_lock == "ipc" else None
     control = ctx.control
     p = probe.get()
     p.name_thread("worker")

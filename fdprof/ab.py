@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from fdprof import semconv as S
 from fdprof.analysis.breakdown import PARTS, ideal_speedup, step_breakdown
 from fdprof.analysis.hazards import find_hazards
 from fdprof.analysis.stats import (
@@ -34,7 +35,7 @@ from fdprof.trace.model import Trace
 MODES = ("ipc", "none")
 LABELS = {"ipc": "baseline (lock)", "none": "lockless"}
 #: span names drawn in the timeline excerpt, one lane each
-TIMELINE_SPANS = ("execute_model", "swap", "issue_swap_task", "lock_wait")
+TIMELINE_SPANS = (S.EXECUTE_MODEL, S.SWAP, S.ISSUE_SWAP_TASK, S.LOCK_WAIT)
 TIMELINE_WINDOW_NS = 400_000_000
 
 
@@ -224,7 +225,7 @@ def _timeline_excerpt(trace: Trace) -> tuple[list, tuple[float, float]]:
     """Lanes of the spans in ``TIMELINE_SPANS`` in a window around the middle swap (ms)."""
     spans = trace.spans[trace.spans["end"] != -1]
     names = spans["name"].astype(str)
-    swaps = spans[names == "swap"]
+    swaps = spans[names == S.SWAP]
     if swaps.empty:
         center = int(spans["start"].median()) if not spans.empty else 0
     else:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from engine.config import FAULTS, EngineConfig
 from engine.launcher import run_engine
+from fdprof import semconv as S
 from fdprof.probe import ProbeConfig
 
 HERE = Path(__file__).resolve().parent
@@ -28,7 +29,7 @@ def main() -> int:
         run_dir = HERE / name
         shutil.rmtree(run_dir, ignore_errors=True)
         results = run_engine(
-            config, ProbeConfig(run_dir=str(run_dir), resource={"fd.kv_lock": config.kv_lock})
+            config, ProbeConfig(run_dir=str(run_dir), resource={S.KV_LOCK: config.kv_lock})
         )
         print(
             f"{name:<28} {results['tokens_per_s']:7.1f} tok/s  swaps "

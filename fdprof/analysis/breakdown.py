@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from fdprof import semconv as S
 from fdprof.analysis.columns import require
 from fdprof.analysis.stats import RatioCI, bootstrap_ci
 from fdprof.analysis.timeline import covered, merge, union
@@ -24,9 +25,9 @@ STEP_NEEDS = ("span_id", "name", "start", "end", "step")
 #: span names of each category, in painting priority (compute first: a swap that runs under
 #: compute costs nothing)
 CATEGORIES: dict[str, tuple[str, ...]] = {
-    "compute": ("execute_model",),
-    "lock_wait": ("lock_wait",),
-    "swap_blocking": ("issue_swap_task",),
+    "compute": S.COMPUTE_SPANS,
+    "lock_wait": (S.LOCK_WAIT,),
+    "swap_blocking": S.SWAP_BLOCKING_SPANS,
 }
 PARTS = (*CATEGORIES, "idle")
 
@@ -45,8 +46,8 @@ def steps(trace: Trace, step_name: str | None = None) -> pd.DataFrame:
         if sel.empty:
             raise FdprofError(f"no span is named {step_name!r} (or starts with it)")
         out = sel[["step", "start", "end"]].copy()
-    elif (names == "step").any():
-        out = spans.loc[names == "step", ["step", "start", "end"]].copy()
+    elif (names == S.STEP).any():
+        out = spans.loc[names == S.STEP, ["step", "start", "end"]].copy()
     elif (spans["step"] >= 0).any():
         g = spans[spans["step"] >= 0].groupby("step")
         out = pd.DataFrame({"start": g["start"].min(), "end": g["end"].max()}).reset_index()
@@ -67,14 +68,11 @@ def steps(trace: Trace, step_name: str | None = None) -> pd.DataFrame:
 
 def tokens_by_step(trace: Trace) -> pd.Series:
     """Tokens per ``fd.step``, summed over the spans that carry ``batch.tokens``."""
-    attrs = trace.attrs
-    if attrs.empty or "key" not in attrs.columns:
-        return pd.Series(dtype=float)
-    tok = attrs[attrs["key"] == "batch.tokens"]
+    tok = trace.attr(S.BATCH_TOKENS)
     if tok.empty:
         return pd.Series(dtype=float)
-    values = pd.to_numeric(tok["value"].astype(str), errors="coerce").to_numpy(float)
-    step = trace.spans.set_index("span_id")["step"].reindex(tok["span_id"]).to_numpy()
+    values = pd.to_numeric(tok, errors="coerce").to_numpy(float)
+    step = trace.spans.set_index("span_id")["step"].reindex(tok.index).to_numpy()
     s = pd.Series(values, index=step)
     return s[s.index >= 0].groupby(level=0).sum()
 
@@ -94,7 +92,7 @@ def step_breakdown(
     lo, hi = st["start"].to_numpy(), st["end"].to_numpy()
     painted = blocking = (np.empty(0, np.int64), np.empty(0, np.int64))
     done = np.zeros(len(st), dtype=np.int64)
-    step_names = {step_name or "step"}
+    step_names = {step_name or S.STEP}
     out = st.copy()
     for i, (part, members) in enumerate(categories.items()):
         sel = names.isin(members)

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from fdprof import semconv as S
 from fdprof.analysis.breakdown import PARTS, step_breakdown
 from fdprof.analysis.columns import json_records, require
 from fdprof.analysis.stats import RatioCI, difference_ci, paired_ratio_ci, ratio_ci, spread
@@ -20,9 +21,9 @@ from fdprof.analysis.timeline import covered, union
 from fdprof.trace.model import Trace
 
 SPAN_NEEDS = ("name", "start", "end", "role")
-SWAP_NAMES = ("swap",)
-COMPUTE_NAMES = ("execute_model",)
-LOCK_NAMES = ("lock_wait", "lock_hold")
+SWAP_NAMES = S.SWAP_SPANS
+COMPUTE_NAMES = S.COMPUTE_SPANS
+LOCK_NAMES = S.LOCK_SPANS
 #: below this many steps a side, a bootstrap of steps gives too narrow an interval: simulated
 #: with a known ratio (1,500 draws each), the throughput CI covered it 89% of the time at 6
 #: steps, 92% at 10 and 20, 93.5% at 40 (``tests/analysis/test_diff.py``)

@@ -13,12 +13,13 @@ from typing import Any
 
 import pandas as pd
 
+from fdprof import semconv as S
 from fdprof.analysis.columns import json_records
 from fdprof.analysis.hazards import HazardReport, find_hazards
 from fdprof.trace.model import Trace
 
 #: the baseline's inter-process KV lock (``lock:kv``) and any other ``lock:*`` object
-LOCK_OBJECTS = ("lock:*",)
+LOCK_OBJECTS = (S.LOCK_OBJECTS,)
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from fdprof import semconv as S
 from fdprof.probe import ProbeConfig
 
 
@@ -29,7 +30,7 @@ class CapturePlan:
             nvtx=self.nvtx,
             otlp_endpoint=self.otlp_endpoint,
             metrics_port=self.metrics_port,
-            resource={"fd.kv_lock": kv_lock, "fd.workload": self.workload},
+            resource={S.KV_LOCK: kv_lock, S.WORKLOAD: self.workload},
         )
 
     def observers_and_env(self, probe_config: ProbeConfig) -> tuple[list, dict[str, str]]:

@@ -7,6 +7,7 @@ Exemplar links need nothing here: the provisioned Prometheus datasource maps the
 
 from __future__ import annotations
 
+from fdprof import semconv as S
 from fdprof.dashboards import grafana as G
 from fdprof.dashboards.promql import filter_variables, legend, quantile
 from fdprof.probe import metric_names as M
@@ -37,22 +38,22 @@ def _panels() -> list[tuple[str, list[tuple[G.Panel, dict]]]]:
         table(
             "Slow swaps (transfer process)",
             "The copy itself, by the transfer process: swap spans over the threshold.",
-            search("swap", "swap_min"),
+            search(S.SWAP, "swap_min"),
         ),
         table(
             "Slow issue_swap_task (cache manager)",
             "From the call to the swap's completion, as the cache manager saw it.",
-            search("issue_swap_task", "swap_min"),
+            search(S.ISSUE_SWAP_TASK, "swap_min"),
         ),
         table(
             "Slow steps",
             "Scheduler steps over the threshold; their links lead to the requests served.",
-            search("step", "step_min"),
+            search(S.STEP, "step_min"),
         ),
         table(
             "Long lock waits",
             "Waits for the KV lock over the swap threshold (baseline engine only).",
-            search("lock_wait", "swap_min"),
+            search(S.LOCK_WAIT, "swap_min"),
         ),
     ]
     latency = [

@@ -30,6 +30,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 from opentelemetry.trace import SpanContext
 
+from fdprof import semconv as S
 from fdprof.errors import FdprofError
 from fdprof.probe import metric_names as M
 from fdprof.probe.config import ProbeConfig
@@ -305,9 +306,9 @@ class OtelExportObserver:
         proc.builder = SpanBuilder(header, resource)
         attrs = resource.attributes
         proc.labels = {
-            "kv_lock": str(attrs.get("fd.kv_lock", "unknown")),
-            "dp_rank": str(attrs.get("fd.dp_rank", "0")),
-            "role": str(attrs.get("fd.role", "")),
+            "kv_lock": str(attrs.get(S.KV_LOCK, "unknown")),
+            "dp_rank": str(attrs.get(S.DP_RANK, "0")),
+            "role": str(attrs.get(S.ROLE, "")),
         }
         if self._metric_exporter_factory is not None:
             exporter = self._metric_exporter_factory()

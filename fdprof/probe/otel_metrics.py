@@ -25,6 +25,7 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import SpanContext
 
+from fdprof import semconv as S
 from fdprof.errors import FdprofError
 from fdprof.probe import metric_names as M
 
@@ -41,26 +42,26 @@ def observations(span: ReadableSpan, labels: dict[str, str]) -> list[Observation
     """What one finished span adds to the metrics."""
     attrs = span.attributes or {}
     seconds = (span.end_time - span.start_time) * _NS
-    if span.name == "swap":
-        direction = str(attrs.get("swap.direction", "unknown"))
-        blocks = attrs.get("swap.blocks")
+    if span.name == S.SWAP:
+        direction = str(attrs.get(S.SWAP_DIRECTION, "unknown"))
+        blocks = attrs.get(S.SWAP_BLOCKS)
         if blocks is None:
-            blocks = len(attrs.get("kv.gpu_read", ()) or attrs.get("kv.gpu_write", ()))
+            blocks = len(attrs.get(S.KV_GPU_READ, ()) or attrs.get(S.KV_GPU_WRITE, ()))
         by_dir = {**labels, "direction": direction}
         return [
             (M.SWAP_DURATION, seconds, by_dir),
             (M.SWAPPED_BLOCKS, float(blocks), by_dir),
             (M.SWAP_TIME, seconds, labels),
         ]
-    if span.name == "execute_model":
+    if span.name == S.EXECUTE_MODEL:
         out: list[Observation] = [(M.EXECUTE_MODEL_DURATION, seconds, labels)]
-        if "batch.size" in attrs:  # one token per sequence per step
-            out.append((M.GENERATED_TOKENS, float(attrs["batch.size"]), labels))
+        if S.BATCH_SIZE in attrs:  # one token per sequence per step
+            out.append((M.GENERATED_TOKENS, float(attrs[S.BATCH_SIZE]), labels))
         return out
-    if span.name == "lock_wait":
-        holder = str(attrs.get("lock.holder", labels.get("role", "unknown")))
+    if span.name == S.LOCK_WAIT:
+        holder = str(attrs.get(S.LOCK_HOLDER, labels.get("role", "unknown")))
         return [(M.LOCK_WAIT, seconds, {**labels, "holder": holder})]
-    if span.name == "step":
+    if span.name == S.STEP:
         return [(M.STEP_DURATION, seconds, labels)]
     return []
 
@@ -75,10 +76,10 @@ class Overlap:
 
     def add(self, span: ReadableSpan, dp_rank: str) -> float:
         """Seconds of overlap this span adds (0 for other span names)."""
-        if span.name not in ("swap", "execute_model"):
+        if span.name not in (S.SWAP, S.EXECUTE_MODEL):
             return 0.0
         mine, other = (
-            (self._swaps, self._execs) if span.name == "swap" else (self._execs, self._swaps)
+            (self._swaps, self._execs) if span.name == S.SWAP else (self._execs, self._swaps)
         )
         t0, t1 = span.start_time, span.end_time
         overlap = sum(max(0, min(t1, b) - max(t0, a)) for a, b in other.get(dp_rank, ()))

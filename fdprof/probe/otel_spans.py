@@ -17,6 +17,7 @@ from opentelemetry.sdk.trace import Event, ReadableSpan
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import Link, SpanContext, TraceFlags
 
+from fdprof import semconv as S
 from fdprof.probe import records as R
 from fdprof.probe.context import trace_id_for
 
@@ -46,11 +47,11 @@ def resource_for(process: dict, header: R.FileHeader, extra: dict[str, str]) -> 
         "service.name": "fdprof-engine",
         "service.instance.id": f"{role}-{process.get('dp_rank', 0)}-{header.pid}",
         "process.pid": header.pid,
-        "fd.role": role,
-        "fd.dp_rank": str(process.get("dp_rank", 0)),
+        S.ROLE: role,
+        S.DP_RANK: str(process.get("dp_rank", 0)),
         **extra,
     }
-    attrs.setdefault("fd.kv_lock", "unknown")
+    attrs.setdefault(S.KV_LOCK, "unknown")
     return Resource.create(attrs)
 
 
@@ -59,7 +60,7 @@ class SpanBuilder:
 
     def __init__(self, header: R.FileHeader, resource: Resource) -> None:
         self.resource = resource
-        self.role = resource.attributes.get("fd.role", header.role)
+        self.role = resource.attributes.get(S.ROLE, header.role)
         self._shift = header.epoch_anchor_ns - header.mono_anchor_ns
         self._strings: dict[int, str] = {}
         self._threads: dict[int, str] = {}
@@ -98,10 +99,10 @@ class SpanBuilder:
     def _sync(self, sid: int, obj_id: int, op: int, seq: int, t: int) -> None:
         span = self._open.get(sid)
         if span is not None:
-            attrs = {"sync.op": _OPS.get(op, str(op)), "sync.obj": self._strings.get(obj_id, "?")}
+            attrs = {S.SYNC_OP: _OPS.get(op, str(op)), S.SYNC_OBJ: self._strings.get(obj_id, "?")}
             if seq != R.NO_SEQ:
-                attrs["sync.seq"] = seq
-            span.events.append(Event(attrs["sync.op"], attrs, t + self._shift))
+                attrs[S.SYNC_SEQ] = seq
+            span.events.append(Event(attrs[S.SYNC_OP], attrs, t + self._shift))
 
     def _context(self, flags: int, sid: int, trace_id: bytes, remote: int) -> None:
         span = self._open.get(sid)
@@ -135,7 +136,7 @@ class SpanBuilder:
             parent = SpanContext(trace, span.remote_parent[1], True, _SAMPLED)
         elif span.parent:
             parent = SpanContext(trace, span.parent, False, _SAMPLED)
-        attrs = {"fd.role": self.role, "thread.id": span.tid, **span.attrs}
+        attrs = {S.ROLE: self.role, "thread.id": span.tid, **span.attrs}
         if span.tid in self._threads:
             attrs["thread.name"] = self._threads[span.tid]
         return ReadableSpan(

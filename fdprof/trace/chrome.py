@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from fdprof import semconv as S
 from fdprof.errors import FdprofError
 from fdprof.trace import conventions as C
 from fdprof.trace.assemble import assemble
@@ -38,7 +39,7 @@ SPAN_LANE, SPAN_ROLE = "fd.span_lane", "fd.span_role"
 #: the span a sync instant belongs to
 SYNC_SPAN = "sync.span"
 #: process metadata args of the fdprof writer
-PROC_ROLE, PROC_ANCHORED = "fd.role", "fd.anchored"
+PROC_ROLE, PROC_ANCHORED = S.ROLE, "fd.anchored"
 #: category of the flow arrows the writer draws for sync edges (the instants carry the edges)
 SYNC_FLOW_CAT = "fd.sync"
 CAT_ATTR = "chrome.cat"

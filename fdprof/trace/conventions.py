@@ -17,25 +17,21 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from fdprof import semconv as S
 from fdprof.errors import FdprofError
 from fdprof.trace.model import empty, frame
 
 #: attribute key -> (pool, mode) of the accesses it lists
-KV_KEYS: dict[str, tuple[str, str]] = {
-    "kv.gpu_read": ("gpu", "read"),
-    "kv.gpu_write": ("gpu", "write"),
-    "kv.cpu_read": ("cpu", "read"),
-    "kv.cpu_write": ("cpu", "write"),
-}
-KV_LAYERS = "kv.layers"
+KV_KEYS = S.KV_ACCESS_KEYS
+KV_LAYERS = S.KV_LAYERS
 #: span attributes that fill span columns instead of staying only in ``attrs``
-STEP, ROLE, LANE = "fd.step", "fd.role", "fd.lane"
+STEP, ROLE, LANE = S.STEP_ID, S.ROLE, S.LANE
 #: W3C traceparents of a span's links (e.g. a step span linking the requests it served)
-LINKS = "fd.links"
+LINKS = S.LINKS
 #: the sync conventions when a format carries sync events as attributes
-SYNC_OP, SYNC_OBJ, SYNC_SEQ = "sync.op", "sync.obj", "sync.seq"
+SYNC_OP, SYNC_OBJ, SYNC_SEQ = S.SYNC_OP, S.SYNC_OBJ, S.SYNC_SEQ
 #: a process's data-parallel rank, as a resource attribute (the probe's OTel export sets it)
-DP_RANK = "fd.dp_rank"
+DP_RANK = S.DP_RANK
 
 
 _ENCODER = msgspec.json.Encoder(decimal_format="number")

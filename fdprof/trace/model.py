@@ -12,6 +12,7 @@ A sync event *inside* a span does not order that span's accesses.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -119,6 +120,15 @@ class Trace:
                         f"trace {table}.{col} has dtype {df[col].dtype}, expected {dtype}"
                     )
         return self
+
+    def attr(self, key: str) -> pd.Series:
+        """The values of attribute ``key``, indexed by span id, typed (ints, floats, strings,
+        bools; lists as Python lists). The one way code outside ``fdprof.trace`` reads
+        attributes, so their storage can change without touching the analyses."""
+        rows = self.attrs[(self.attrs["key"] == key).to_numpy(dtype=bool, na_value=False)]
+        values = [json.loads(v) for v in rows["value"].astype(str).tolist()]
+        return pd.Series(values, index=pd.Index(rows["span_id"].to_numpy(), name="span_id"),
+                         dtype=object, name=key)  # fmt: skip
 
     def warn(self, message: str) -> None:
         self.meta.setdefault("warnings", []).append(message)

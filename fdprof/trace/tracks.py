@@ -13,10 +13,11 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from fdprof import semconv as S
 from fdprof.trace.conventions import thread_lanes
 
 #: span names that always get a track of their own (they overlap the work they serve)
-OWN_TRACK_NAMES = frozenset({"swap", "issue_swap_task"})
+OWN_TRACK_NAMES = frozenset({*S.SWAP_SPANS, *S.SWAP_BLOCKING_SPANS})
 #: thread ids of synthetic tracks start here (Linux thread ids stay below 2**22)
 SYNTHETIC_TID = 1 << 30
 

@@ -1,0 +1,106 @@
+"""fdprof's vocabulary: span names, attribute keys, sync objects and roles, defined once.
+
+Every layer speaks these names: the engine's probe handles (``engine/instrument.py``), the
+vLLM adapter, the readers (``fdprof.trace``), the analyses, the reports, the dashboards and the
+OpenTelemetry export. Nothing else spells ``"execute_model"`` or ``"kv.gpu_read"``; a rename
+here is a rename everywhere (as ``fdprof.probe.metric_names`` is for metrics). Plain strings,
+no imports: any module may depend on this one. What each name means is in docs/trace.md.
+"""
+
+from __future__ import annotations
+
+# -- span names -----------------------------------------------------------------------------
+#: one scheduler iteration of an engine (a step of continuous batching)
+STEP = "step"
+#: choosing the next batch, inside a step
+SCHEDULE = "schedule"
+#: one request, from arrival to its last token
+REQUEST = "request"
+#: the cache manager handing a swap to the transfer process (and, when synchronous, waiting)
+ISSUE_SWAP_TASK = "issue_swap_task"
+#: the transfer process copying KV blocks between the device and the host pool
+SWAP = "swap"
+#: the worker running the model on a batch
+EXECUTE_MODEL = "execute_model"
+#: waiting for, and holding, the baseline's inter-process KV lock
+LOCK_WAIT = "lock_wait"
+LOCK_HOLD = "lock_hold"
+
+#: spans whose time is compute, swapping, or the lock, as the analyses group them
+COMPUTE_SPANS = (EXECUTE_MODEL,)
+SWAP_SPANS = (SWAP,)
+SWAP_BLOCKING_SPANS = (ISSUE_SWAP_TASK,)
+LOCK_SPANS = (LOCK_WAIT, LOCK_HOLD)
+
+# -- NVTX categories (one per kind of work) ------------------------------------------------
+CATEGORY_STEP = "step"
+CATEGORY_REQUEST = "request"
+CATEGORY_SWAP = "swap"
+CATEGORY_EXECUTE_MODEL = "execute_model"
+CATEGORY_LOCK = "lock"
+
+# -- roles (``fd.role``) -----------------------------------------------------------------
+ROLE_ENGINE = "engine"
+ROLE_CACHE_MANAGER = "cache_manager"
+ROLE_TRANSFER = "transfer"
+ROLE_WORKER = "worker"
+ROLES = (ROLE_ENGINE, ROLE_CACHE_MANAGER, ROLE_TRANSFER, ROLE_WORKER)
+
+# -- span attributes -----------------------------------------------------------------------
+ROLE = "fd.role"
+STEP_ID = "fd.step"
+LANE = "fd.lane"
+REQUEST_ID = "fd.request_id"
+#: W3C traceparents of a span's links (a step span linking the requests it served)
+LINKS = "fd.links"
+#: block ids a span reads or writes in the device (gpu) or host (cpu) pool
+KV_GPU_READ = "kv.gpu_read"
+KV_GPU_WRITE = "kv.gpu_write"
+KV_CPU_READ = "kv.cpu_read"
+KV_CPU_WRITE = "kv.cpu_write"
+#: ``[lo, hi)``: the layers a span's block accesses cover (absent: all layers)
+KV_LAYERS = "kv.layers"
+#: blocks whose content did not match the fingerprint they were written with
+KV_MISMATCHES = "kv.mismatches"
+#: attribute key -> (pool, mode) of the accesses it lists
+KV_ACCESS_KEYS: dict[str, tuple[str, str]] = {
+    KV_GPU_READ: ("gpu", "read"),
+    KV_GPU_WRITE: ("gpu", "write"),
+    KV_CPU_READ: ("cpu", "read"),
+    KV_CPU_WRITE: ("cpu", "write"),
+}
+POOL_GPU, POOL_CPU = "gpu", "cpu"
+MODE_READ, MODE_WRITE = "read", "write"
+SWAP_TASK_ID = "swap.task_id"
+SWAP_DIRECTION = "swap.direction"
+SWAP_BLOCKS = "swap.blocks"
+#: swap directions (``swap.direction``)
+TO_CPU, TO_GPU = "to_cpu", "to_gpu"
+BATCH_SIZE = "batch.size"
+#: tokens a step processed (prefill + decode): the analyses' throughput counts these
+BATCH_TOKENS = "batch.tokens"
+LOCK_HOLDER = "lock.holder"
+
+# -- sync events (``sync.*`` where a format carries them as attributes) --------------------
+SYNC_OP = "sync.op"
+SYNC_OBJ = "sync.obj"
+SYNC_SEQ = "sync.seq"
+RELEASE, ACQUIRE = "release", "acquire"
+SYNC_OPS = (RELEASE, ACQUIRE)
+
+# -- sync objects ------------------------------------------------------------------------
+QUEUE_SWAP = "queue:swap"
+QUEUE_BATCH = "queue:batch"
+QUEUE_RESULT = "queue:result"
+SIGNAL_SWAP_DONE = "signal:swap_done"
+#: the baseline's lock of DP group r is ``lock:kv/dp<r>`` (one flock file per group)
+LOCK_KV_PREFIX = "lock:kv/dp"
+#: glob of every lock object (the what-if drops their edges)
+LOCK_OBJECTS = "lock:*"
+#: in-process mutexes are ``mutex:<name>``, scoped by process
+MUTEX_PREFIX = "mutex:"
+
+# -- process (resource) attributes -------------------------------------------------------
+DP_RANK = "fd.dp_rank"
+KV_LOCK = "fd.kv_lock"
+WORKLOAD = "fd.workload"
