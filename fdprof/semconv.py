@@ -25,6 +25,15 @@ EXECUTE_MODEL = "execute_model"
 #: waiting for, and holding, the baseline's inter-process KV lock
 LOCK_WAIT = "lock_wait"
 LOCK_HOLD = "lock_hold"
+#: a KV block pool handing out, freeing (to the free queue) or evicting (from the prefix
+#: cache) device blocks; ``kv.blocks`` lists them (no data is touched: not KV accesses)
+BLOCK_ALLOC = "block_alloc"
+BLOCK_FREE = "block_free"
+BLOCK_EVICT = "block_evict"
+#: one request of a step's batch, inside ``schedule``: its id, block ids and token counts
+SCHEDULED_REQUEST = "scheduled_request"
+#: an instrumentation hook that failed inside an engine (counted; the engine went on)
+ADAPTER_ERROR = "fdprof.adapter_error"
 
 #: spans whose time is compute, swapping, or the lock, as the analyses group them
 COMPUTE_SPANS = (EXECUTE_MODEL,)
@@ -38,13 +47,16 @@ CATEGORY_REQUEST = "request"
 CATEGORY_SWAP = "swap"
 CATEGORY_EXECUTE_MODEL = "execute_model"
 CATEGORY_LOCK = "lock"
+CATEGORY_KV = "kv"
 
 # -- roles (``fd.role``) -----------------------------------------------------------------
 ROLE_ENGINE = "engine"
 ROLE_CACHE_MANAGER = "cache_manager"
 ROLE_TRANSFER = "transfer"
 ROLE_WORKER = "worker"
-ROLES = (ROLE_ENGINE, ROLE_CACHE_MANAGER, ROLE_TRANSFER, ROLE_WORKER)
+#: vLLM's main process (the ``LLM`` or API server: tokenizer, detokenizer, requests)
+ROLE_FRONTEND = "frontend"
+ROLES = (ROLE_ENGINE, ROLE_CACHE_MANAGER, ROLE_TRANSFER, ROLE_WORKER, ROLE_FRONTEND)
 
 # -- span attributes -----------------------------------------------------------------------
 ROLE = "fd.role"
@@ -80,6 +92,14 @@ BATCH_SIZE = "batch.size"
 #: tokens a step processed (prefill + decode): the analyses' throughput counts these
 BATCH_TOKENS = "batch.tokens"
 LOCK_HOLDER = "lock.holder"
+#: block ids a block-pool span handed out, freed or evicted
+KV_BLOCKS = "kv.blocks"
+#: a request's tokens already in the KV cache before this step, and in its prompt
+COMPUTED_TOKENS = "request.computed_tokens"
+PROMPT_TOKENS = "request.prompt_tokens"
+#: what an adapter hook raised (``fdprof.adapter_error`` spans), and the hook
+ERROR = "fd.error"
+HOOK = "fd.hook"
 
 # -- sync events (``sync.*`` where a format carries them as attributes) --------------------
 SYNC_OP = "sync.op"
@@ -99,8 +119,11 @@ LOCK_KV_PREFIX = "lock:kv/dp"
 LOCK_OBJECTS = "lock:*"
 #: in-process mutexes are ``mutex:<name>``, scoped by process
 MUTEX_PREFIX = "mutex:"
+#: a device block's free and its next allocation (seq: the pool's count of free calls)
+BLOCK_FREE_OBJ = "block:free"
 
 # -- process (resource) attributes -------------------------------------------------------
 DP_RANK = "fd.dp_rank"
 KV_LOCK = "fd.kv_lock"
 WORKLOAD = "fd.workload"
+TP_RANK = "fd.tp_rank"

@@ -18,6 +18,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 
+from fdprof import semconv as S
 from fdprof.probe import records as R
 from fdprof.probe.config import ProbeConfig
 from fdprof.probe.context import format_traceparent, parse_traceparent
@@ -229,6 +230,23 @@ def configure(config: ProbeConfig, role: str, dp_rank: int = 0) -> Probe:
         nvtx_sink = open_nvtx_sink()
     _current = Probe(recorder, nvtx_sink)
     return _current
+
+
+#: the run directory an engine records into when fdprof drives it through the environment
+RUN_DIR_ENV = "FDPROF_RUN_DIR"
+
+
+def configure_from_env(role: str, dp_rank: int = 0, tp_rank: int = 0) -> Probe:
+    """This process's probe for an engine fdprof did not start itself (vLLM, ``fdprof ab
+    --baseline CMD``): with ``FDPROF_RUN_DIR`` set, the native recorder writes
+    ``<role>-<dp_rank>-<pid>.rec`` there (the directory is made if missing); otherwise the
+    no-op probe. ``tp_rank`` goes to the probe's resource attributes."""
+    run_dir = os.environ.get(RUN_DIR_ENV)
+    if not run_dir:
+        return _NOOP
+    Path(run_dir).mkdir(parents=True, exist_ok=True)
+    resource = {S.DP_RANK: str(dp_rank), S.TP_RANK: str(tp_rank)}
+    return configure(ProbeConfig(run_dir=run_dir, resource=resource), role, dp_rank)
 
 
 def get() -> Probe:

@@ -1,0 +1,171 @@
+"""A shared-prefix workload on real vLLM (CPU) with a tiny model built offline: the command the
+vLLM tests, the vLLM A/B and the docs run.
+
+Run it with the vLLM environment's Python (``make venv-vllm``: ``.venv-vllm/bin/python``).
+With ``FDPROF_RUN_DIR`` set, fdprof's vLLM plugin records every vLLM process there. The model
+(a 2-layer Llama, random weights, seeded) and a word-level tokenizer are built into
+``--model-dir`` on first use: nothing comes from a model hub.
+
+The workload is three rounds of greedy generations, each round one ``generate`` call: K
+prompts sharing K long prefixes, then filler prompts that push those prefixes out of a small
+GPU block pool, then the K prefixes again with new suffixes. With offloading, the third round
+loads the prefixes back from the host pool; a store that read its blocks before the step
+wrote them (``--offload-fault``) hands those requests wrong KV, so their tokens and logprobs
+differ from a run without offloading. ``--outputs`` writes every request's tokens and
+logprobs as JSON for that comparison.
+
+Usage: ``python bench/vllm_workload.py --model-dir DIR [--offload async|sync]
+[--offload-fault store-before-compute] [--no-prefix-caching] [--multiprocess]
+[--outputs FILE]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import sys
+from pathlib import Path
+
+#: vLLM's CPU attention backend takes block sizes in multiples of 32
+BLOCK_SIZE = 32
+VOCAB_WORDS = 500
+SPECIAL = ["<unk>", "<s>", "</s>"]
+
+
+def build_tiny_model(model_dir: Path, seed: int = 0) -> Path:
+    """A 2-layer Llama with random (seeded) weights and a word-level tokenizer, saved as a
+    Hugging Face model directory. Weights are drawn wide (initializer_range 0.5) so greedy
+    choices have clear margins and do not flip on float rounding."""
+    if (model_dir / "config.json").exists():
+        return model_dir
+    import torch
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+    model_dir.mkdir(parents=True, exist_ok=True)
+    vocab = {tok: i for i, tok in enumerate(SPECIAL + [f"w{i}" for i in range(VOCAB_WORDS)])}
+    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok, unk_token="<unk>", bos_token="<s>", eos_token="</s>"
+    )
+    fast.save_pretrained(model_dir)
+    config = LlamaConfig(
+        vocab_size=len(vocab),
+        hidden_size=128,
+        intermediate_size=256,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=1024,
+        initializer_range=0.5,
+        bos_token_id=1,
+        eos_token_id=2,
+        tie_word_embeddings=False,
+    )
+    torch.manual_seed(seed)
+    LlamaForCausalLM(config).to(torch.float32).save_pretrained(model_dir)
+    return model_dir
+
+
+def rounds(seed: int, prefixes: int, prefix_blocks: int, fillers: int) -> list[list[str]]:
+    """The three rounds of prompts (module doc). Word ids avoid the special tokens, so no
+    prompt holds an end-of-sequence token."""
+    rng = random.Random(seed)
+
+    def words(n: int) -> str:
+        return " ".join(f"w{rng.randrange(VOCAB_WORDS)}" for _ in range(n))
+
+    shared = [words(prefix_blocks * BLOCK_SIZE) for _ in range(prefixes)]
+    first = [f"{p} {words(12)}" for p in shared]
+    filler = [words(prefix_blocks * BLOCK_SIZE + 12) for _ in range(fillers)]
+    again = [f"{p} {words(9)}" for p in shared]
+    return [first, filler, again]
+
+
+def engine_args(args: argparse.Namespace) -> dict:
+    """``LLM(...)`` keyword arguments for this configuration."""
+    kwargs = dict(
+        model=str(args.model_dir),
+        dtype="float32",
+        max_model_len=512,
+        enforce_eager=True,
+        max_num_seqs=8,
+        block_size=BLOCK_SIZE,
+        enable_prefix_caching=args.prefix_caching,
+        num_gpu_blocks_override=args.gpu_blocks,
+        seed=args.seed,
+    )
+    if args.offload != "none":
+        extra = {
+            "spec_name": "ThreadedCPUOffloadingSpec",
+            "spec_module_path": "fdprof.adapters.vllm.offload",
+            "cpu_bytes_to_use": 64 << 20,
+            "store_mode": args.offload,
+        }
+        if args.offload_fault:
+            extra["fault"] = args.offload_fault
+        kwargs["kv_transfer_config"] = {
+            "kv_connector": "ThreadedOffloadingConnector",
+            "kv_connector_module_path": "fdprof.adapters.vllm.offload",
+            "kv_role": "kv_both",
+            "kv_connector_extra_config": extra,
+        }
+    return kwargs
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model-dir", type=Path, required=True)
+    ap.add_argument("--offload", choices=["none", "async", "sync"], default="none",
+                    help="KV offloading to a host pool: stores on a background thread "
+                         "(async), or copied inline before the step returns (sync)")  # fmt: skip
+    ap.add_argument("--offload-fault", choices=["store-before-compute"], default=None)
+    ap.add_argument("--no-prefix-caching", dest="prefix_caching", action="store_false")
+    ap.add_argument("--multiprocess", action="store_true",
+                    help="vLLM's own process layout (engine core, worker processes)")  # fmt: skip
+    ap.add_argument("--prefixes", type=int, default=4)
+    ap.add_argument("--prefix-blocks", type=int, default=3)
+    ap.add_argument("--fillers", type=int, default=6)
+    ap.add_argument("--max-tokens", type=int, default=8)
+    ap.add_argument("--gpu-blocks", type=int, default=24,
+                    help="KV blocks in vLLM's (device) pool: small, so fillers evict")  # fmt: skip
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--outputs", type=Path, default=None)
+    args = ap.parse_args(argv)
+
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "1" if args.multiprocess else "0"
+    build_tiny_model(args.model_dir, args.seed)
+
+    from vllm import LLM, SamplingParams
+
+    llm = LLM(**engine_args(args))
+    params = SamplingParams(temperature=0.0, max_tokens=args.max_tokens, logprobs=1,
+                            ignore_eos=True)  # fmt: skip
+    results = []
+    for number, prompts in enumerate(rounds(args.seed, args.prefixes, args.prefix_blocks,
+                                            args.fillers)):  # fmt: skip
+        for prompt, out in zip(prompts, llm.generate(prompts, params, use_tqdm=False),
+                               strict=True):  # fmt: skip
+            done = out.outputs[0]
+            results.append({
+                "round": number,
+                "prompt_tokens": len(out.prompt_token_ids),
+                "cached_tokens": out.num_cached_tokens or 0,
+                "tokens": list(done.token_ids),
+                "logprobs": [lp[t].logprob for t, lp in zip(done.token_ids, done.logprobs,
+                                                             strict=True)],
+                "prompt": prompt[:40],
+            })  # fmt: skip
+    if args.outputs:
+        args.outputs.write_text(json.dumps(results, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":  # vLLM's CPU platform spawns its processes
+    sys.exit(main())

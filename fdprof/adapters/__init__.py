@@ -1,0 +1,1 @@
+"""Adapters: fdprof's probe inside engines it did not write (vLLM: :mod:`fdprof.adapters.vllm`)."""
