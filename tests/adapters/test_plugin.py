@@ -1,0 +1,131 @@
+"""The plugin's edges, without a model: off by default, one line on an unsupported vLLM, a
+failing hook counted while vLLM's own result stands; configure_from_env and run.json."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from fdprof import probe
+from fdprof import semconv as S
+from fdprof.adapters.vllm import process_role, register
+from fdprof.probe.run_manifest import write_run_manifest
+from fdprof.trace import load
+from tests.adapters.conftest import vllm_env, vllm_python
+
+
+def test_register_does_nothing_without_a_run_dir(monkeypatch):
+    monkeypatch.delenv(probe.RUN_DIR_ENV, raising=False)
+    register()  # vLLM is not even installed in this environment: nothing is imported
+    assert "vllm" not in sys.modules and not probe.get().enabled
+
+
+def test_register_never_raises_into_vllm(monkeypatch, tmp_path, capsys):
+    monkeypatch.setenv(probe.RUN_DIR_ENV, str(tmp_path))
+    register()  # no vLLM here: the adapter says so in one line and returns
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("fdprof: vLLM adapter not started")
+
+
+@pytest.mark.parametrize(
+    ("name", "single", "expected"),
+    [
+        ("MainProcess", True, (S.ROLE_ENGINE, 0, 0)),
+        ("MainProcess", False, (S.ROLE_FRONTEND, 0, 0)),
+        ("EngineCore", False, (S.ROLE_ENGINE, 0, 0)),
+        ("EngineCore_DP3", False, (S.ROLE_ENGINE, 3, 0)),
+        ("VllmWorker-2", False, (S.ROLE_WORKER, 0, 2)),
+    ],
+)
+def test_process_role_from_vllm_process_names(name, single, expected):
+    assert process_role(name, single) == expected
+
+
+def test_configure_from_env_records_into_the_run_dir(monkeypatch, tmp_path):
+    monkeypatch.delenv(probe.RUN_DIR_ENV, raising=False)
+    assert not probe.configure_from_env(S.ROLE_WORKER).enabled
+    run_dir = tmp_path / "made"
+    monkeypatch.setenv(probe.RUN_DIR_ENV, str(run_dir))
+    p = probe.configure_from_env(S.ROLE_WORKER, dp_rank=1, tp_rank=2)
+    try:
+        with p.span(probe.name(S.EXECUTE_MODEL, S.CATEGORY_EXECUTE_MODEL)):
+            pass
+    finally:
+        probe.shutdown()
+    (record,) = run_dir.glob("*.rec")
+    assert record.name.startswith(f"{S.ROLE_WORKER}-1-")
+    write_run_manifest(run_dir, status="ok", config={"engine": "test"})
+    manifest = json.loads((run_dir / "run.json").read_text())
+    (proc,) = manifest["processes"]
+    assert (proc["role"], proc["dp_rank"], proc["record"]) == (S.ROLE_WORKER, 1, record.name)
+    trace = load(run_dir)
+    assert list(trace.spans["name"]) == [S.EXECUTE_MODEL]
+    assert trace.meta["config"] == {"engine": "test"}
+
+
+def _in_vllm(script: str, run_dir) -> subprocess.CompletedProcess:
+    python = vllm_python()
+    if python is None:
+        pytest.skip("no vLLM environment (make venv-vllm)")
+    return subprocess.run([str(python), "-c", textwrap.dedent(script)], env=vllm_env(run_dir),
+                          capture_output=True, text=True, timeout=300)  # fmt: skip
+
+
+@pytest.mark.slow
+def test_an_unsupported_vllm_is_one_line_and_an_unrecorded_run(tmp_path):
+    done = _in_vllm(
+        """
+        import vllm
+        vllm.__version__ = "0.31.0"
+        from fdprof.adapters.vllm import register
+        register()
+        """,
+        tmp_path,
+    )
+    assert done.returncode == 0, done.stderr
+    lines = [line for line in done.stderr.splitlines() if line.startswith("fdprof:")]
+    assert lines == [
+        "fdprof: vLLM 0.31.0 is not supported by fdprof's vLLM adapter (supported: 0.32.0); "
+        "this run is not recorded"
+    ]
+    manifest = json.loads((tmp_path / "run.json").read_text())
+    assert manifest["status"] == "failed" and "0.31.0" in manifest["error"]
+    assert not list(tmp_path.glob("*.rec"))
+
+
+@pytest.mark.slow
+def test_a_failing_hook_is_counted_and_vllm_goes_on(tmp_path):
+    done = _in_vllm(
+        """
+        import json
+        from vllm.v1.core.block_pool import BlockPool
+        from fdprof import probe
+        from fdprof.adapters.vllm import hooks
+        from fdprof.probe import api
+
+        hooks.EngineCoreRecorder().install()
+
+        class BrokenProbe:
+            def __getattr__(self, name):
+                raise RuntimeError("recorder broke")
+
+        api._current = BrokenProbe()
+        pool = BlockPool(num_gpu_blocks=8, enable_caching=True, hash_block_size=32)
+        blocks = pool.get_new_blocks(3)
+        pool.free_blocks(b for b in blocks)  # a generator, as vLLM passes one
+        print(json.dumps({"ids": [b.block_id for b in blocks],
+                          "free": pool.get_num_free_blocks(),
+                          "errors": hooks.ERRORS.counts}))
+        """,
+        tmp_path,
+    )
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert len(result["ids"]) == 3 and result["free"] == 7  # block 0 is vLLM's null block
+    # before and after the original: two guarded parts of get_new_blocks failed
+    assert result["errors"] == {"BlockPool.get_new_blocks": 2, "BlockPool.free_blocks": 1}
+    assert sum("failed, vLLM goes on" in line for line in done.stderr.splitlines()) == 2
