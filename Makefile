@@ -56,7 +56,7 @@ bench: $(STAMP)
 
 # the two vLLM configurations of the A/B in BENCHMARKS.md (prefix caching on vs off)
 bench-vllm: $(STAMP) $(VLLM_STAMP)
-	$(PY) bench/bench_vllm.py --python $(VLLM_PY)
+	$(PY) bench/vllm_ab.py --python $(VLLM_PY)
 
 traces: $(STAMP)
 	$(PY) traces/regenerate.py
