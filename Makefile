@@ -45,7 +45,7 @@ demo: $(STAMP)
 	$(VENV)/bin/fdprof ab --out out/demo
 
 test: $(STAMP) $(SCHEMA_STAMP) $(VLLM_STAMP)
-	FDPROF_VLLM_PYTHON=$(VLLM_PY) $(PY) -m pytest -q
+	FDPROF_VLLM_PYTHON=$(abspath $(VLLM_PY)) $(PY) -m pytest -q
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

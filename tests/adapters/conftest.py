@@ -27,7 +27,8 @@ TIMEOUT_S = 600
 
 def vllm_python() -> Path | None:
     given = os.environ.get("FDPROF_VLLM_PYTHON")
-    path = Path(given) if given else ROOT / ".venv-vllm" / "bin" / "python"
+    # absolute, not resolved: the runs start in temp dirs, and a venv python is a symlink
+    path = Path(given).absolute() if given else ROOT / ".venv-vllm" / "bin" / "python"
     if path.exists():
         return path
     if given or os.environ.get("CI"):
