@@ -56,10 +56,11 @@ class PeakRSS:
 
 def measure(accesses: int, what: str) -> dict:
     """In this process: one size, one analysis (``hazards`` or ``diff``)."""
-    sys.path.insert(0, str(ROOT))
+    sys.path[:0] = [str(ROOT), str(ROOT / "tests")]  # the synthetic runs are a test fixture
+    from synthetic import engine_trace
+
     from fdprof.analysis.diff import diff_traces
     from fdprof.analysis.hazards import find_hazards
-    from fdprof.analysis.synthetic import engine_trace
 
     steps = max(1, accesses // PER_STEP)
     new = engine_trace(steps, mode="lockless", seed=2, fault="no-wait-swap-in", **SHAPE)

@@ -1,7 +1,8 @@
 """Turn a reader's raw columns into a validated :class:`Trace`, the same way for every format.
 
-Readers decode their format; this applies the attribute conventions (``fd.step``, ``fd.role``,
-``fd.lane``, ``kv.*``) and the lane rules once, so no reader re-implements them.
+Readers decode their format (attributes typed, :mod:`fdprof.trace.attrs`); this applies the
+attribute conventions (``fd.step``, ``fd.role``, ``fd.lane``, ``kv.*``) and the lane rules
+once, so no reader re-implements them.
 """
 
 from __future__ import annotations
@@ -12,40 +13,40 @@ import numpy as np
 import pandas as pd
 
 from fdprof.trace import conventions as C
+from fdprof.trace.attrs import Attrs
 from fdprof.trace.model import Trace, frame
 
 
 def assemble(
     trace: Trace,
     spans: dict[str, Any],
-    attrs: tuple[Any, Any, Any],
+    attrs: Attrs,
     syncs: dict[str, Any],
     processes: dict[str, Any],
 ) -> Trace:
-    """Fill ``trace`` from raw columns.
+    """Fill ``trace`` from raw columns and the typed attributes.
 
     ``spans`` has every span column but ``step`` (derived here); ``role`` is the default used
     where ``fd.role`` is absent, ``lane`` (optional, None per row) where ``fd.lane`` is absent,
     and the host thread ``"<pid>/<tid>"`` where both are. ``syncs`` has every sync column; a
     ``lane`` entry that is None means the owning span's ``fd.lane``, else the host thread.
     """
-    attrs_df = C.attrs_frame(*attrs)
     n = len(spans["span_id"])
     cols = dict(spans)
     given = np.asarray(cols.get("lane", np.full(n, None)), dtype=object)
     cols["lane"] = np.where(np.equal(given, None), C.thread_lanes(cols["pid"], cols["tid"]), given)
     cols["step"] = np.full(n, -1, dtype=np.int64)
     spans_df = frame("spans", cols)
-    C.span_columns(spans_df, attrs_df)
+    C.span_columns(spans_df, attrs)
     trace.spans = spans_df
-    trace.attrs = attrs_df
-    trace.accesses = C.accesses_from_attrs(attrs_df)
-    trace.syncs = frame("syncs", syncs | {"lane": _sync_lanes(syncs, attrs_df)})
+    trace.attrs = attrs
+    trace.accesses = C.accesses_from_attrs(attrs)
+    trace.syncs = frame("syncs", syncs | {"lane": _sync_lanes(syncs, attrs)})
     trace.processes = frame("processes", processes)
     return trace
 
 
-def _sync_lanes(syncs: dict[str, Any], attrs: pd.DataFrame) -> np.ndarray:
+def _sync_lanes(syncs: dict[str, Any], attrs: Attrs) -> np.ndarray:
     lane = np.asarray(syncs.get("lane", np.full(len(syncs["op"]), None)), dtype=object)
     unset = np.equal(lane, None)
     if not unset.any():

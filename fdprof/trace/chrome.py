@@ -5,9 +5,9 @@ of their own, ``i``/``I``/``n``/``R`` instants (zero-length spans, or sync event
 args carry ``sync.op``/``sync.obj``), ``s``/``t``/``f`` flows (sync edges: the start releases,
 the end acquires object ``flow:<cat>`` with the flow id as sequence), ``M`` process and thread
 names, ``C`` counters (``meta["counters"]``). Timestamps are microseconds, read exactly (no
-float rounding) into nanoseconds. ``args`` become attributes, ``cat`` the ``chrome.cat``
-attribute. GPU work of PyTorch traces (categories in :data:`DEVICE_CATS`) gets the lane
-``cuda:<device>/stream:<stream>``.
+float rounding) into nanoseconds. ``args`` become typed attributes (:mod:`fdprof.trace.attrs`),
+``cat`` the ``chrome.cat`` attribute. GPU work of PyTorch traces (categories in
+:data:`DEVICE_CATS`) gets the lane ``cuda:<device>/stream:<stream>``.
 
 The ``fd.*`` args that :mod:`fdprof.trace.perfetto` writes (span ids, true thread, trace id)
 restore the columns exactly, so native → Chrome → model loses nothing.
@@ -27,6 +27,7 @@ from fdprof import semconv as S
 from fdprof.errors import FdprofError
 from fdprof.trace import conventions as C
 from fdprof.trace.assemble import assemble
+from fdprof.trace.attrs import AttrsBuilder
 from fdprof.trace.jsonstream import Stream, open_text, plain
 from fdprof.trace.model import Trace
 
@@ -52,17 +53,6 @@ def sniff(path: Path, head: bytes) -> bool:
     return head.lstrip(b"\xef\xbb\xbf \t\r\n")[:1] in (b"[", b"{")
 
 
-def value_json(value: Any) -> str:
-    """JSON text of an arg (ints, the most common, without a call into the encoder); numbers
-    that an exact decode made Decimal are floats again, as in any other source."""
-    kind = type(value)
-    if kind is int:
-        return str(value)
-    if kind is str or kind is float:
-        return C.attr_json(value)
-    return C.attr_json(plain(value))
-
-
 def ns(value: Any) -> int:
     """Microseconds (int, or Decimal from the stream) to nanoseconds, exactly."""
     kind = type(value)
@@ -79,10 +69,6 @@ def _ns_array(values: list) -> np.ndarray:
     return np.array([ns(v) for v in values], dtype=np.int64)
 
 
-def _json_values(args: list[dict]) -> list[str]:
-    return [str(v) if type(v) is int else value_json(v) for a in args for v in a.values()]
-
-
 class _Builder:
     """Columns of spans, attributes and syncs, built a batch of events at a time.
 
@@ -94,9 +80,9 @@ class _Builder:
     def __init__(self) -> None:
         self.cols: dict[str, list[np.ndarray]] = {k: [] for k in _SPAN_COLS}
         self.rows = 0
-        self.attr_span: list[np.ndarray] = []
-        self.attr_key: list[str] = []
-        self.attr_value: list[str] = []
+        #: args as typed attributes, a part per key and batch: no Python value outlives its
+        #: batch
+        self.attrs = AttrsBuilder()
         self.sync: dict[str, list] = {k: [] for k in _SYNC_COLS}
         self.counters: list[tuple[int, str, int, str, float]] = []
         self.ids: dict[Any, int] = {}
@@ -177,12 +163,21 @@ class _Builder:
         cols["role"].append(np.array([a.pop(SPAN_ROLE, None) for a in args], dtype=object))
         self.rows += len(evs)
         with_cat = [(sid, c) for sid, c in zip(sids, cats, strict=True) if c]
-        self.attr_span.append(np.array([sid for sid, _ in with_cat], dtype=np.int64))
-        self.attr_key.extend([CAT_ATTR] * len(with_cat))
-        self.attr_value.extend([value_json(c) for _, c in with_cat])
-        self.attr_span.append(np.repeat(np.array(sids, np.int64), [len(a) for a in args]))
-        self.attr_key.extend([intern(k, k) for a in args for k in a])
-        self.attr_value.extend(_json_values(args))
+        self.attrs.add_values(CAT_ATTR, [sid for sid, _ in with_cat], [c for _, c in with_cat])
+        self.add_args(sids, args)
+
+    def add_args(self, sids: list[int], args: list[dict]) -> None:
+        """Each span's args as attributes, typed a key at a time."""
+        by_key: dict[str, tuple[list[int], list[Any]]] = {}
+        for sid, a in zip(sids, args, strict=True):
+            for key, value in a.items():
+                got = by_key.get(key)
+                if got is None:
+                    got = by_key[key] = ([], [])
+                got[0].append(sid)
+                got[1].append(value)
+        for key, (ids, values) in by_key.items():
+            self.attrs.add_values(key, ids, values)
 
     def add_sync(self, op: str, obj: str, seq: int, ev: dict, span: int, lane: Any) -> None:
         s = self.sync
@@ -333,21 +328,15 @@ def _finish(trace: Trace, b: _Builder) -> Trace:
 
     span_id = cat("span_id", np.int64)
     end = cat("end", np.int64)
-    attr_span = np.concatenate(b.attr_span) if b.attr_span else np.zeros(0, np.int64)
-    keys, values = b.attr_key, b.attr_value
     if b.closes:
         rows = np.array([c[0] for c in b.closes], dtype=np.int64)
         end[rows] = [c[1] for c in b.closes]
-        extra = [
-            (span_id[row], k, value_json(v)) for row, _, a in b.closes for k, v in (a or {}).items()
-        ]
-        attr_span = np.concatenate([attr_span, np.array([e[0] for e in extra], np.int64)])
-        keys = keys + [e[1] for e in extra]
-        values = values + [e[2] for e in extra]
+        closing = [(int(span_id[row]), a) for row, _, a in b.closes if a]
+        b.add_args([sid for sid, _ in closing], [a for _, a in closing])
     explicit = span_id[span_id > 0]
     base = int(explicit.max()) if len(explicit) else 0
     span_id[span_id < 0] = base - span_id[span_id < 0]
-    attr_span[attr_span < 0] = base - attr_span[attr_span < 0]
+    attrs = b.attrs.build().with_span_ids(lambda ids: np.where(ids < 0, base - ids, ids))
     if len(np.unique(span_id)) != len(span_id):
         raise FdprofError(f"{trace.meta['path']}: two spans share one {SPAN_ID}")
     pids = cat("pid", np.int64)
@@ -377,7 +366,7 @@ def _finish(trace: Trace, b: _Builder) -> Trace:
         "anchored": [b.proc.get(p, {}).get("anchored", False) for p in procs],
         "dp_rank": [b.proc.get(p, {}).get("dp_rank", -1) for p in procs],
     }
-    assemble(trace, spans, (attr_span, keys, values), syncs, processes)
+    assemble(trace, spans, attrs, syncs, processes)
     trace.meta["thread_names"] = b.threads
     if b.counters:
         trace.meta["counters"] = pd.DataFrame(

@@ -1,17 +1,18 @@
 """The attribute conventions of DESIGN.md, applied the same way for every source format.
 
-Readers only turn their format into the long ``attrs`` table (JSON text values) plus raw span
-and sync rows; the meaning of ``fd.step``, ``fd.role``, ``fd.lane`` and the ``kv.*`` block lists
-is derived here, once, so a trace means the same thing whether it came from native records,
-Chrome ``args`` or OTLP attributes.
+Readers only turn their format into typed attributes (:mod:`fdprof.trace.attrs`) plus raw
+span and sync rows; the meaning of ``fd.step``, ``fd.role``, ``fd.lane``, ``kv.layers`` and the
+``kv.*`` block lists is derived here, once, straight from the typed columns, so a trace means
+the same thing whether it came from native records, Chrome ``args`` or OTLP attributes. A value
+these conventions cannot mean anything by (a block id that is not an integer, an empty layer
+range) is bad input: one :class:`~fdprof.errors.FdprofError` line naming the span, the key and
+the value.
 """
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
-import msgspec
 import numpy as np
 import pandas as pd
 import pyarrow as pa
@@ -19,6 +20,8 @@ import pyarrow.compute as pc
 
 from fdprof import semconv as S
 from fdprof.errors import FdprofError
+from fdprof.trace import attrs as A
+from fdprof.trace.attrs import Attrs, Column
 from fdprof.trace.model import empty, frame
 
 #: attribute key -> (pool, mode) of the accesses it lists
@@ -34,16 +37,6 @@ SYNC_OP, SYNC_OBJ, SYNC_SEQ = S.SYNC_OP, S.SYNC_OBJ, S.SYNC_SEQ
 DP_RANK = S.DP_RANK
 
 
-_ENCODER = msgspec.json.Encoder(decimal_format="number")
-
-
-def attr_json(value: Any) -> str:
-    """The canonical JSON text of an attribute value: compact, so equal values compare equal,
-    from one encoder for every reader and writer (a Decimal from an exact JSON decode is
-    written with its own digits)."""
-    return _ENCODER.encode(value).decode()
-
-
 def dp_rank(value: Any) -> int:
     """A process's DP rank from a manifest entry or attribute (an int, or digits as the probe's
     OTel resource writes it); -1 (unknown) for anything else."""
@@ -52,107 +45,117 @@ def dp_rank(value: Any) -> int:
     return value if type(value) is int and value >= 0 else -1
 
 
-def attrs_frame(span_ids: Any, keys: Any, values: Any) -> pd.DataFrame:
-    """The long ``attrs`` table; a key set twice on one span keeps its last value."""
-    attrs = frame("attrs", {"span_id": span_ids, "key": keys, "value": values})
-    dup = attrs.duplicated(["span_id", "key"], keep="last")
-    if dup.any():
-        attrs = attrs[~dup].reset_index(drop=True)
-    return attrs
+def _bad(key: str, column: Column, row: int, why: str) -> FdprofError:
+    """One line naming the attribute, the span and the value."""
+    value = column.take(np.array([row])).python()[0]
+    text = A.to_json(value)
+    text = text if len(text) <= 80 else text[:77] + "..."
+    return FdprofError(f"span {int(column.span_id[row])}: attribute {key} = {text}: {why}")
 
 
-def _values(attrs: pd.DataFrame, key: str) -> tuple[np.ndarray, pa.Array]:
-    # only the two columns needed are filtered, not whole rows (the key column too) of a key
-    # that every span may have, like ``fd.step``
-    mask = (attrs["key"] == key).to_numpy(dtype=bool, na_value=False)
-    values = pa.array(attrs["value"])  # the Arrow data behind the column, not a copy per row
-    values = values.filter(pa.array(mask))
-    if isinstance(values, pa.ChunkedArray):
-        values = values.combine_chunks()
-    return attrs["span_id"].to_numpy(dtype=np.int64)[mask], values.cast(pa.string())
+def _first_not(column: Column, kinds: tuple[str, ...]) -> int:
+    """The first row whose value is of none of ``kinds`` (a ``json`` column's values one by
+    one), or -1."""
+    if column.kind in kinds:
+        return -1
+    if column.kind != A.JSON:
+        return 0
+    for row, value in enumerate(column.python()):
+        if A.kind_of([value]) not in kinds:
+            return row
+    return -1
 
 
-def _json_strings(values: pa.Array) -> pa.Array:
-    """Decode JSON string texts; plain ones (no escapes) without a Python call per row."""
-    if not len(values):
-        return values
-    quoted = pc.and_(pc.starts_with(values, '"'), pc.ends_with(values, '"'))
-    simple = pc.and_(quoted, pc.invert(pc.match_substring(values, "\\")))
-    if not pc.all(quoted).as_py():
-        bad = values.filter(pc.invert(quoted))[0].as_py()
-        raise FdprofError(f"attribute value {bad!r} should be a string")
-    if pc.all(simple).as_py():
-        return pc.utf8_slice_codeunits(values, 1, -1)
-    return pa.array([json.loads(v) for v in values.to_pylist()], type=pa.string())
+def _ints(key: str, column: Column) -> np.ndarray:
+    row = _first_not(column, (A.INT,))
+    if row >= 0:
+        raise _bad(key, column, row, "should be an integer")
+    if column.kind == A.JSON:
+        return np.array(column.python(), dtype=np.int64)
+    return column.values.to_numpy()
 
 
-def _json_ints(values: pa.Array, key: str) -> np.ndarray:
-    try:
-        return pc.cast(pc.utf8_trim_whitespace(values), pa.int64()).to_numpy()
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-        raise FdprofError(f"attribute {key} should be an integer") from None
+def _strings(key: str, column: Column) -> np.ndarray:
+    row = _first_not(column, (A.STR,))
+    if row >= 0:
+        raise _bad(key, column, row, "should be a string")
+    return np.asarray(column.python() if column.kind == A.JSON else column.values, dtype=object)
 
 
-def _json_int_lists(values: pa.Array, key: str) -> tuple[np.ndarray, np.ndarray]:
-    """Decode JSON int lists: ``(row index, value)`` pairs for every element."""
-    if not len(values):
-        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
-    trimmed = pc.utf8_trim_whitespace(values)
-    ok = pc.and_(pc.starts_with(trimmed, "["), pc.ends_with(trimmed, "]"))
-    if not pc.all(ok).as_py():
-        raise FdprofError(f"attribute {key} should be a list of integers")
-    parts = pc.split_pattern(pc.utf8_slice_codeunits(trimmed, 1, -1), ",")
-    rows = pc.list_parent_indices(parts).to_numpy()
-    flat = pc.utf8_trim_whitespace(pc.list_flatten(parts))
-    keep = pc.not_equal(flat, "").to_numpy(zero_copy_only=False)
-    try:
-        ints = pc.cast(flat.filter(pa.array(keep)), pa.int64()).to_numpy()
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-        raise FdprofError(f"attribute {key} should be a list of integers") from None
-    return rows[keep], ints
+def _int_lists(key: str, column: Column, what: str) -> tuple[np.ndarray, pa.Array]:
+    """A column of int lists (``[]`` counts, as any list with no element): each value's
+    length, and the elements, all int64."""
+    row = _first_not(column, (A.INTS,))
+    if row < 0 and column.kind == A.JSON:  # int lists, some beyond 64 bits?
+        row = next((r for r, v in enumerate(column.python()) if not _fits(v)), -1)
+    if row >= 0:
+        raise _bad(key, column, row, what)
+    values = column.values
+    if column.kind == A.JSON:
+        values = pa.array(column.python(), A.ARROW_TYPES[A.INTS])
+    lengths = pc.list_value_length(values).to_numpy(zero_copy_only=False)
+    return lengths.astype(np.int64), pc.list_flatten(values)
 
 
-def span_columns(spans: pd.DataFrame, attrs: pd.DataFrame) -> None:
+def _fits(values: list[int]) -> bool:
+    return all(-(2**63) <= v < 2**63 for v in values)
+
+
+def span_columns(spans: pd.DataFrame, attrs: Attrs) -> None:
     """Set ``step``, ``role`` and ``lane`` of ``spans`` in place from ``fd.*`` attributes,
     where present (elsewhere the reader's values stay)."""
     index = pd.Index(spans["span_id"])
-    for key, column in ((STEP, "step"), (ROLE, "role"), (LANE, "lane")):
-        ids, values = _values(attrs, key)
-        if not len(ids):
+    for key, column, decode in ((STEP, "step", _ints), (ROLE, "role", _strings),
+                                (LANE, "lane", _strings)):  # fmt: skip
+        values = attrs.column(key)
+        if values is None:
             continue
-        decoded = _json_ints(values, key) if column == "step" else _json_strings(values)
-        pos = index.get_indexer(ids)
+        decoded = decode(key, values)
+        pos = index.get_indexer(values.span_id)
         found = pos >= 0
         col = spans[column].to_numpy(copy=True)
-        col[pos[found]] = np.asarray(decoded)[found]
+        col[pos[found]] = decoded[found]
         spans[column] = pd.Series(col, dtype=spans[column].dtype, index=spans.index)
 
 
-def override_lanes(attrs: pd.DataFrame) -> pd.Series:
+def override_lanes(attrs: Attrs) -> pd.Series:
     """``fd.lane`` of each span that sets one, indexed by span id."""
-    ids, values = _values(attrs, LANE)
-    return pd.Series(_json_strings(values).to_pylist(), index=ids, dtype="string")
+    column = attrs.column(LANE)
+    if column is None:
+        return pd.Series([], dtype="string")
+    return pd.Series(_strings(LANE, column), index=column.span_id, dtype="string")
 
 
-def accesses_from_attrs(attrs: pd.DataFrame) -> pd.DataFrame:
-    """The ``accesses`` table derived from the ``kv.*`` block lists and ``kv.layers``."""
-    lo_of = hi_of = pd.Series(dtype="int64")
-    ids, values = _values(attrs, KV_LAYERS)
-    if len(ids):
-        rows, ints = _json_int_lists(values, KV_LAYERS)
-        counts = np.bincount(rows, minlength=len(ids))
-        if (counts != 2).any():
-            raise FdprofError(f"attribute {KV_LAYERS} should be [lo, hi)")
-        pairs = ints.reshape(-1, 2)
-        lo_of = pd.Series(pairs[:, 0], index=ids)
-        hi_of = pd.Series(pairs[:, 1], index=ids)
+def _layer_ranges(attrs: Attrs) -> tuple[pd.Series, pd.Series]:
+    """``kv.layers`` of each span that sets one, as ``lo`` and ``hi`` by span id; a range
+    that is not ``[lo, hi)`` with ``0 <= lo < hi`` is bad input, not a span that touches no
+    layer (which would hide every race it takes part in)."""
+    column = attrs.column(KV_LAYERS)
+    if column is None:
+        return pd.Series(dtype="int64"), pd.Series(dtype="int64")
+    lengths, ints = _int_lists(KV_LAYERS, column, "should be a layer range [lo, hi)")
+    if (lengths != 2).any():
+        row = int(np.flatnonzero(lengths != 2)[0])
+        raise _bad(KV_LAYERS, column, row, "should be a layer range [lo, hi)")
+    pairs = ints.to_numpy().reshape(-1, 2)
+    bad = (pairs[:, 0] < 0) | (pairs[:, 0] >= pairs[:, 1])
+    if bad.any():
+        row = int(np.flatnonzero(bad)[0])
+        raise _bad(KV_LAYERS, column, row, "an empty or inverted layer range (need 0 <= lo < hi)")
+    return (pd.Series(pairs[:, 0], index=column.span_id),
+            pd.Series(pairs[:, 1], index=column.span_id))  # fmt: skip
+
+
+def accesses_from_attrs(attrs: Attrs) -> pd.DataFrame:
+    """The ``accesses`` table, straight from the ``kv.*`` block-id lists and ``kv.layers``."""
+    lo_of, hi_of = _layer_ranges(attrs)
     parts = []
     for key, (pool, mode) in KV_KEYS.items():
-        ids, values = _values(attrs, key)
-        if not len(ids):
+        column = attrs.column(key)
+        if column is None:
             continue
-        rows, blocks = _json_int_lists(values, key)
-        parts.append((ids[rows], pool, mode, blocks))
+        lengths, blocks = _int_lists(key, column, "should be a list of integer block ids")
+        parts.append((np.repeat(column.span_id, lengths), pool, mode, blocks.to_numpy()))
     if not parts:
         return empty("accesses")
     span_id = np.concatenate([p[0] for p in parts])

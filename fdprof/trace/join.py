@@ -15,16 +15,19 @@ import numpy as np
 import pandas as pd
 
 from fdprof.errors import FdprofError
+from fdprof.trace import attrs as A
 from fdprof.trace.assemble import assemble
+from fdprof.trace.attrs import Attrs
 from fdprof.trace.model import Trace
 from fdprof.trace.nsys import PAYLOAD
 
 
 def join(profile: Trace, run: Trace) -> Trace:
-    attrs = profile.attrs
-    pay = attrs[attrs["key"] == PAYLOAD]
-    if len(pay):
-        ids, values = pay["span_id"].to_numpy(), pay["value"].astype("int64").to_numpy()
+    pay = profile.attrs.column(PAYLOAD)
+    if pay is not None:
+        if pay.kind != A.INT:
+            raise FdprofError(f"{profile.meta.get('path')}: {PAYLOAD} should be integers")
+        ids, values = pay.span_id, pay.values.to_numpy()
     else:  # the reader already made the payload the span id (NVTX capture)
         ids = values = profile.spans["span_id"].to_numpy()
     payload = pd.Series(values, index=ids)
@@ -60,10 +63,10 @@ def join(profile: Trace, run: Trace) -> Trace:
     unmatched["end"] = unmatched["end"].where(unmatched["end"] < 0, unmatched["end"] + offset)
     spans = pd.concat([mine, rest, unmatched]).rename_axis("span_id").reset_index()
 
-    run_attrs = run.attrs
-    prof_attrs = attrs[attrs["key"] != PAYLOAD].copy()
-    prof_attrs["span_id"] = new_id.reindex(prof_attrs["span_id"].to_numpy()).to_numpy()
-    all_attrs = pd.concat([run_attrs, prof_attrs], ignore_index=True)
+    prof_attrs = profile.attrs.without(PAYLOAD).with_span_ids(
+        lambda ids: new_id.reindex(ids).to_numpy()
+    )
+    all_attrs = Attrs.concat([run.attrs, prof_attrs])
 
     run_syncs = run.syncs.copy()
     run_syncs["time"] = run_syncs["time"] + offset
@@ -92,7 +95,7 @@ def join(profile: Trace, run: Trace) -> Trace:
     assemble(
         trace,
         span_cols,
-        (all_attrs["span_id"], all_attrs["key"], all_attrs["value"]),
+        all_attrs,
         {c: syncs[c].to_numpy(object if c in ("op", "obj", "lane") else None) for c in syncs},
         {c: procs[c].to_numpy() for c in procs.columns},
     )

@@ -9,9 +9,11 @@ renumbered in the later input (spans, parents, attributes, accesses, syncs toget
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 
 from fdprof.errors import FdprofError
+from fdprof.trace.attrs import Attrs
 from fdprof.trace.model import SCHEMAS, Trace, frame
 
 
@@ -20,11 +22,12 @@ def _shift_ids(trace: Trace, by: int) -> Trace:
     spans["span_id"] += by
     spans["parent_id"] = spans["parent_id"].where(spans["parent_id"] == 0, spans["parent_id"] + by)
     tables = {"spans": spans}
-    for table in ("accesses", "attrs", "syncs"):
+    for table in ("accesses", "syncs"):
         df = getattr(trace, table).copy()
         df["span_id"] = df["span_id"].where(df["span_id"] == 0, df["span_id"] + by)
         tables[table] = df
-    return Trace(**tables, processes=trace.processes, meta=trace.meta)
+    attrs = trace.attrs.with_span_ids(lambda ids: np.where(ids == 0, ids, ids + by))
+    return Trace(**tables, attrs=attrs, processes=trace.processes, meta=trace.meta)
 
 
 def merge(traces: list[Trace]) -> Trace:
@@ -56,6 +59,7 @@ def merge(traces: list[Trace]) -> Trace:
         if table == "processes":
             df = df.drop_duplicates("pid", ignore_index=True)
         setattr(merged, table, frame(table, {c: df[c] for c in SCHEMAS[table]}))
+    merged.attrs = Attrs.concat([t.attrs for t in parts])
     merged.meta["thread_names"] = {
         k: v for t in parts for k, v in t.meta.get("thread_names", {}).items()
     }

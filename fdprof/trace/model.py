@@ -1,4 +1,5 @@
-"""The canonical trace model: three DataFrames and a little metadata, whatever the source.
+"""The canonical trace model: four DataFrames, the typed attributes and a little metadata,
+whatever the source.
 
 Every reader produces a :class:`Trace`; every analysis takes one. Times are int64
 nanoseconds on one timebase (the run's epoch when clock anchors are known). A *lane* is
@@ -12,7 +13,6 @@ A sync event *inside* a span does not order that span's accesses.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,6 +20,7 @@ from typing import Any
 import pandas as pd
 
 from fdprof.errors import FdprofError
+from fdprof.trace.attrs import Attrs
 
 #: column -> dtype. ``parent_id`` 0 means none; ``step`` -1 means none; ``end`` -1 means the
 #: span never ended (its process died or the trace was cut).
@@ -57,8 +58,6 @@ SYNC_COLUMNS: dict[str, str] = {
     "lane": "string",
     "span_id": "int64",
 }
-#: attributes in long form; ``value`` holds the JSON text of the value so types round-trip.
-ATTR_COLUMNS: dict[str, str] = {"span_id": "int64", "key": "string", "value": "string"}
 #: one row per process: its role and name, whether a clock anchor placed it on the timebase, and
 #: its data-parallel rank (-1: unknown), which scopes per-engine objects for the analyses.
 PROCESS_COLUMNS: dict[str, str] = {
@@ -73,7 +72,6 @@ SCHEMAS = {
     "spans": SPAN_COLUMNS,
     "accesses": ACCESS_COLUMNS,
     "syncs": SYNC_COLUMNS,
-    "attrs": ATTR_COLUMNS,
     "processes": PROCESS_COLUMNS,
 }
 
@@ -101,13 +99,17 @@ class Trace:
     spans: pd.DataFrame = field(default_factory=lambda: empty("spans"))
     accesses: pd.DataFrame = field(default_factory=lambda: empty("accesses"))
     syncs: pd.DataFrame = field(default_factory=lambda: empty("syncs"))
-    attrs: pd.DataFrame = field(default_factory=lambda: empty("attrs"))
+    #: span attributes, typed, a column per key (:mod:`fdprof.trace.attrs`); read them with
+    #: :meth:`attr`
+    attrs: Attrs = field(default_factory=Attrs)
     processes: pd.DataFrame = field(default_factory=lambda: empty("processes"))
     #: source format, path, run config and results where the source has them, warnings
     meta: dict[str, Any] = field(default_factory=dict)
 
     def validate(self) -> Trace:
         """Raise :class:`FdprofError` if a table lacks a column or has the wrong dtype."""
+        if not isinstance(self.attrs, Attrs):
+            raise FdprofError(f"trace attrs should be Attrs, not {type(self.attrs).__name__}")
         for table, schema in SCHEMAS.items():
             df = getattr(self, table)
             for col, dtype in schema.items():
@@ -122,13 +124,18 @@ class Trace:
         return self
 
     def attr(self, key: str) -> pd.Series:
-        """The values of attribute ``key``, indexed by span id, typed (ints, floats, strings,
-        bools; lists as Python lists). The one way code outside ``fdprof.trace`` reads
-        attributes, so their storage can change without touching the analyses."""
-        rows = self.attrs[(self.attrs["key"] == key).to_numpy(dtype=bool, na_value=False)]
-        values = [json.loads(v) for v in rows["value"].astype(str).tolist()]
-        return pd.Series(values, index=pd.Index(rows["span_id"].to_numpy(), name="span_id"),
-                         dtype=object, name=key)  # fmt: skip
+        """The values of attribute ``key``, indexed by span id, typed: int64, float64 and bool
+        columns for numbers and bools, Arrow-backed strings and lists (read as Python lists),
+        Python objects where a key's values mix types. The one way code outside
+        ``fdprof.trace`` reads attributes, so their storage can change without touching the
+        analyses."""
+        return self.attrs.series(key)
+
+    @property
+    def nbytes(self) -> int:
+        """Memory of the loaded tables and attributes (what a load's peak is measured against)."""
+        tables = sum(int(getattr(self, t).memory_usage(deep=True).sum()) for t in SCHEMAS)
+        return tables + self.attrs.nbytes
 
     def warn(self, message: str) -> None:
         self.meta.setdefault("warnings", []).append(message)

@@ -3,7 +3,8 @@
 Record files can hold tens of millions of records, so this reader does not build a Python
 object per record: one tight loop finds where each record starts (records vary in length),
 then every fixed-size kind is decoded at once by numpy through a byte-strided view of the
-file. Only strings, int lists and the per-record offsets pass through Python.
+file. Only strings and the per-record offsets pass through Python; attribute values stay typed
+from record to column (:mod:`fdprof.trace.attrs`), never passing through text.
 
 Timestamps are ``time.monotonic_ns()``; each file's header anchors it to the epoch. Processes
 of one run share the host's monotonic clock, so when their anchors agree (within
@@ -23,12 +24,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from fdprof.errors import FdprofError
 from fdprof.probe import records as R
+from fdprof.trace import attrs as A
 from fdprof.trace import conventions as C
 from fdprof.trace.assemble import assemble
+from fdprof.trace.attrs import AttrsBuilder
 from fdprof.trace.model import Trace
 
 MANIFEST = "run.json"
@@ -76,7 +78,8 @@ class _File:
     offset_ns: int
     strings: dict[int, str] = field(default_factory=dict)
     spans: dict[str, np.ndarray | pa.Array] = field(default_factory=dict)
-    attrs: list[tuple[np.ndarray, np.ndarray, list[str] | np.ndarray]] = field(default_factory=list)
+    #: typed attribute parts: (key, kind, span ids, values, record offsets)
+    attrs: list[tuple[str, str, np.ndarray, pa.Array, np.ndarray]] = field(default_factory=list)
     syncs: dict[str, np.ndarray | pa.Array] = field(default_factory=dict)
     contexts: np.ndarray | None = None
     thread_names: dict[int, str] = field(default_factory=dict)
@@ -170,47 +173,42 @@ def _decode(path: Path) -> _File | None:
 
 
 def _decode_attrs(data: bytes, offs: np.ndarray, kinds: np.ndarray, columns, out: _File) -> None:
-    """Attribute records as (span id, key, JSON text) columns in record order. Keys and values
-    are Arrow strings built without a Python object per row where the type allows (ints)."""
+    """Attribute records as typed parts, one per (key, record kind): ints, floats and int lists
+    straight from the record bytes, strings from the file's string table; each part keeps the
+    records' offsets, so a key set twice on a span keeps the later record's value."""
+    list_offs = offs[kinds == R.Kind.ATTR_INTS]
+    list_span, list_key, counts, lengths = columns(R.Kind.ATTR_INTS, "f0", "f1", "f2", "length")
+    if (lengths != R.ATTR_INTS.size + 4 * counts.astype(np.int64)).any():
+        raise FdprofError(f"record file of pid {out.pid}: an int-list attribute record's count "
+                          "does not match its length")  # fmt: skip
     int_span, int_key, int_value = columns(R.Kind.ATTR_INT, "f0", "f1", "f3")
     float_span, float_key, float_value = columns(R.Kind.ATTR_FLOAT, "f0", "f1", "f3")
     str_span, str_key, str_value = columns(R.Kind.ATTR_STR, "f0", "f1", "f2")
-    known = np.array(sorted(out.strings), dtype=np.int64)
-    json_of = pa.array([C.attr_json(out.strings[int(i)]) for i in known], pa.string())
-    out.text(str_value, "a string attribute")
-    str_pos = np.searchsorted(known, str_value.astype(np.int64))
-    parts: list[tuple[np.ndarray, np.ndarray, np.ndarray, pa.Array]] = [
-        (
-            offs[kinds == R.Kind.ATTR_INT],
-            int_span,
-            int_key,
-            pc.cast(pa.array(int_value), pa.string()),
-        ),
-        (
-            offs[kinds == R.Kind.ATTR_FLOAT],
-            float_span,
-            float_key,
-            pa.array([C.attr_json(v) for v in float_value.tolist()], pa.string()),
-        ),
-        (offs[kinds == R.Kind.ATTR_STR], str_span, str_key, json_of.take(str_pos)),
-    ]
-    list_offs = offs[kinds == R.Kind.ATTR_INTS]
-    list_span, list_key, counts = columns(R.Kind.ATTR_INTS, "f0", "f1", "f2")
-    parts.append((list_offs, list_span, list_key, _int_lists_json(data, list_offs, counts)))
-    order = np.argsort(np.concatenate([p[0] for p in parts]), kind="stable")
-    span_ids = np.concatenate([p[1].astype(np.uint64) for p in parts]).view(np.int64)[order]
-    key_ids = np.concatenate([p[2].astype(np.int64) for p in parts])[order]
-    out.text(key_ids, "an attribute key")
-    names = pa.array([out.strings[int(i)] for i in known], pa.string())
-    keys = names.take(np.searchsorted(known, key_ids))
-    values = pa.concat_arrays([p[3] for p in parts]).take(order)
-    out.attrs.append((span_ids, keys, values))
+    parts = [
+        (A.INT, offs[kinds == R.Kind.ATTR_INT], int_span, int_key, pa.array(int_value)),
+        (A.FLOAT, offs[kinds == R.Kind.ATTR_FLOAT], float_span, float_key, pa.array(float_value)),
+        (A.STR, offs[kinds == R.Kind.ATTR_STR], str_span, str_key,
+         out.text(str_value, "a string attribute")),
+        (A.INTS, list_offs, list_span, list_key, _int_lists(data, list_offs, counts)),
+    ]  # fmt: skip
+    for kind, order, span, key, values in parts:
+        if not len(span):
+            continue
+        span = span.view(np.int64)
+        key = key.astype(np.int64)
+        ids = np.unique(key)
+        for key_id, name in zip(ids.tolist(), out.text(ids, "an attribute key").to_pylist(),
+                                strict=True):  # fmt: skip
+            if len(ids) == 1:
+                out.attrs.append((name, kind, span, values, order))
+                continue
+            rows = np.flatnonzero(key == key_id)
+            out.attrs.append((name, kind, span[rows], values.take(pa.array(rows)), order[rows]))
 
 
-def _int_lists_json(data: bytes, offs: np.ndarray, counts: np.ndarray) -> pa.Array:
-    """Each ATTR_INTS record's values as compact JSON text (``[1,2]``, as
-    :func:`~fdprof.trace.conventions.attr_json` writes it), gathered and joined in numpy and
-    Arrow rather than one Python list per record."""
+def _int_lists(data: bytes, offs: np.ndarray, counts: np.ndarray) -> pa.ListArray:
+    """Each ATTR_INTS record's values as one list<int64> column, gathered in numpy rather than
+    one Python list per record."""
     counts = counts.astype(np.int64)
     ends = np.cumsum(counts)
     first = offs + R.RECORD_HEADER.size + R.ATTR_INTS.size  # byte offset of each first value
@@ -218,9 +216,8 @@ def _int_lists_json(data: bytes, offs: np.ndarray, counts: np.ndarray) -> pa.Arr
     at = np.repeat(first, counts) + 4 * position
     # an int32 at every byte offset (stride 1): records, and so values, are not aligned
     ints = np.ndarray((max(len(data) - 3, 0),), dtype="<i4", buffer=data, strides=(1,))
-    text = pc.cast(pa.array(ints[at]), pa.string())
-    lists = pa.LargeListArray.from_arrays(pa.array(np.concatenate([[0], ends])), text)
-    return pc.binary_join_element_wise("[", pc.binary_join(lists, ","), "]", "")
+    offsets = pa.array(np.concatenate([[0], ends]).astype(np.int32))
+    return pa.ListArray.from_arrays(offsets, pa.array(ints[at].astype(np.int64)))
 
 
 def _manifest(path: Path, trace: Trace) -> dict[str, Any]:
@@ -324,16 +321,14 @@ def _build(trace: Trace, files: list[_File], by_pid: dict[int, dict[str, Any]]) 
     parent_id = cat("spans", "parent_id")
     trace_id = np.full(len(span_id), None, dtype=object)
     links = _contexts(files, span_id, parent_id, trace_id)
-    attrs = [a for f in files for a in f.attrs]
+    builder = AttrsBuilder()
     for f in files:
-        f.attrs.clear()
-    attrs.append(
-        (
-            np.array([sid for sid, _ in links], dtype=np.int64),
-            np.full(len(links), C.LINKS, dtype=object),
-            np.array([C.attr_json(tps) for _, tps in links], dtype=object),
-        )
-    )
+        for key, kind, ids, values, order in f.attrs:
+            builder.add(key, ids, values, kind, order)
+        f.attrs.clear()  # the per-file parts, so they are not alive beside the columns
+    if links:
+        links_array = pa.array([tps for _, tps in links], A.ARROW_TYPES[A.STRS])
+        builder.add(C.LINKS, np.array([sid for sid, _ in links], np.int64), links_array, A.STRS)
     spans = {
         "span_id": span_id,
         "parent_id": parent_id,
@@ -354,13 +349,7 @@ def _build(trace: Trace, files: list[_File], by_pid: dict[int, dict[str, Any]]) 
         "anchored": [True] * len(files),
         "dp_rank": [C.dp_rank(by_pid.get(f.pid, {}).get("dp_rank")) for f in files],
     }
-    attr_columns = (
-        np.concatenate([a[0] for a in attrs]),
-        pa.concat_arrays([pa.array(a[1], pa.string()) for a in attrs]),
-        pa.concat_arrays([pa.array(a[2], pa.string()) for a in attrs]),
-    )
-    attrs.clear()  # the per-file parts, so they are not alive beside the tables built from them
-    assemble(trace, spans, attr_columns, syncs, processes)
+    assemble(trace, spans, builder.build(), syncs, processes)
     trace.meta["thread_names"] = {
         f"{f.pid}/{tid}": name for f in files for tid, name in f.thread_names.items()
     }

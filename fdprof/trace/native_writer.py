@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from fdprof.errors import FdprofError
 from fdprof.probe import records as R
 from fdprof.trace import conventions as C
+from fdprof.trace.attrs import to_json
 from fdprof.trace.model import Trace, rows
 from fdprof.trace.native import MANIFEST, RUN_FORMAT
 
@@ -45,10 +47,9 @@ class _File:
             self.record(R.Kind.STRING, tid, R.STRING.pack(sid) + text.encode())
         return sid
 
-    def attr(self, tid: int, span: int, key: str, text: str) -> None:
+    def attr(self, tid: int, span: int, key: str, value: Any) -> None:
         span &= MASK64
         k = self.intern(key, tid)
-        value = json.loads(text)
         if type(value) is int and -(2**63) <= value < 2**63:
             self.record(R.Kind.ATTR_INT, tid, R.ATTR_INT.pack(span, k, 0, value))
         elif type(value) is float:
@@ -61,7 +62,7 @@ class _File:
             ints = np.array(value, dtype="<i4").tobytes()
             self.record(R.Kind.ATTR_INTS, tid, R.ATTR_INTS.pack(span, k, len(value)) + ints)
         else:
-            s = value if type(value) is str else text
+            s = value if type(value) is str else to_json(value)
             self.record(R.Kind.ATTR_STR, tid, R.ATTR_STR.pack(span, k, self.intern(s, tid)))
 
 
@@ -75,7 +76,6 @@ def write(trace: Trace, path: str | Path) -> None:
     procs = trace.processes.set_index("pid")
     role_of = dict(rows(trace.processes, ["pid", "role"]))
     spans = trace.spans
-    attrs_by_span = trace.attrs.groupby("span_id", sort=False)
     lanes = C.thread_lanes(spans["pid"].to_numpy(), spans["tid"].to_numpy())
     files: dict[int, _File] = {}
 
@@ -85,7 +85,7 @@ def write(trace: Trace, path: str | Path) -> None:
             files[pid] = _File(pid, role)
         return files[pid]
 
-    attr_groups = {sid: g for sid, g in attrs_by_span}
+    attr_groups = trace.attrs.by_span()
     trace_ids = spans["trace_id"].to_numpy(object, na_value=None)
     cols = ["span_id", "parent_id", "name", "start", "end", "pid", "tid", "lane", "role"]
     for i, (sid, parent, name, start, end, pid, tid, lane, role) in enumerate(rows(spans, cols)):
@@ -94,23 +94,21 @@ def write(trace: Trace, path: str | Path) -> None:
         f.record(
             R.Kind.SPAN_BEGIN, tid, R.SPAN_BEGIN.pack(sid & MASK64, parent & MASK64, n, 0, start)
         )
-        own = attr_groups.get(sid)
-        keys = set() if own is None else set(own["key"].tolist())
-        if own is not None:
-            for key, value in rows(own, ["key", "value"]):
-                if key == C.LINKS:
-                    for tp in json.loads(value):
-                        _, trace_hex, span_hex, _ = tp.split("-")
-                        payload = R.CONTEXT.pack(
-                            sid & MASK64, bytes.fromhex(trace_hex), int(span_hex, 16)
-                        )
-                        f.record(R.Kind.CONTEXT, tid, payload, R.CONTEXT_LINK)
-                else:
-                    f.attr(tid, sid, key, value)
-        if lane != lanes[i] and C.LANE not in keys:
-            f.attr(tid, sid, C.LANE, C.attr_json(lane))
-        if pid in role_of and role != role_of[pid] and C.ROLE not in keys:
-            f.attr(tid, sid, C.ROLE, C.attr_json(role))
+        own = attr_groups.get(sid, {})
+        for key, value in own.items():
+            if key == C.LINKS:
+                for tp in value:
+                    _, trace_hex, span_hex, _ = tp.split("-")
+                    payload = R.CONTEXT.pack(
+                        sid & MASK64, bytes.fromhex(trace_hex), int(span_hex, 16)
+                    )
+                    f.record(R.Kind.CONTEXT, tid, payload, R.CONTEXT_LINK)
+            else:
+                f.attr(tid, sid, key, value)
+        if lane != lanes[i] and C.LANE not in own:
+            f.attr(tid, sid, C.LANE, lane)
+        if pid in role_of and role != role_of[pid] and C.ROLE not in own:
+            f.attr(tid, sid, C.ROLE, role)
         if trace_ids[i] is not None:
             payload = R.CONTEXT.pack(sid & MASK64, bytes.fromhex(trace_ids[i]), parent & MASK64)
             f.record(R.Kind.CONTEXT, tid, payload, R.CONTEXT_PARENT)

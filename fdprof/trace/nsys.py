@@ -26,8 +26,8 @@ import numpy as np
 import pandas as pd
 
 from fdprof.errors import FdprofError
-from fdprof.trace import conventions as C
 from fdprof.trace.assemble import assemble
+from fdprof.trace.attrs import AttrsBuilder
 from fdprof.trace.model import Trace
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -112,7 +112,7 @@ class _Rows:
 
     def __init__(self) -> None:
         self.spans: list[dict[str, np.ndarray]] = []
-        self.attrs: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+        self.attrs = AttrsBuilder()
         self.syncs: list[dict[str, np.ndarray]] = []
         self.next_id = 1
 
@@ -125,9 +125,7 @@ class _Rows:
 
     def add_attr(self, ids: np.ndarray, key: str, values: pd.Series) -> None:
         keep = values.notna().to_numpy()
-        if keep.any():
-            texts = [C.attr_json(v) for v in values[keep].tolist()]
-            self.attrs.append((ids[keep], np.full(int(keep.sum()), key, dtype=object), texts))
+        self.attrs.add_values(key, ids[keep], values[keep].tolist())
 
 
 def read(path: Path) -> Trace:
@@ -359,12 +357,6 @@ def _assemble(trace: Trace, rows: _Rows, procs: dict[int, str], offset: int, anc
         for k in ("op", "obj", "seq", "time", "pid", "tid", "lane", "span_id")
     }
     syncs["time"] = syncs["time"] + offset
-    attrs = tuple(
-        np.concatenate([np.asarray(a[i], dtype=object if i else np.int64) for a in rows.attrs])
-        if rows.attrs
-        else np.zeros(0, dtype=object if i else np.int64)
-        for i in range(3)
-    )
     processes = {
         "pid": list(procs),
         "role": [""] * len(procs),
@@ -372,7 +364,7 @@ def _assemble(trace: Trace, rows: _Rows, procs: dict[int, str], offset: int, anc
         "anchored": [anchored] * len(procs),
         "dp_rank": [-1] * len(procs),
     }
-    assemble(trace, spans, attrs, syncs, processes)
+    assemble(trace, spans, rows.attrs.build(), syncs, processes)
     unended = int((end == -1).sum())
     if unended:
         trace.warn(f"{unended} range(s) never ended (end = -1)")

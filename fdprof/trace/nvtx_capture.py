@@ -24,6 +24,7 @@ from pathlib import Path
 
 from fdprof.errors import FdprofError
 from fdprof.trace import conventions as C
+from fdprof.trace.attrs import Attrs, AttrsBuilder
 from fdprof.trace.model import SCHEMAS, Trace, frame
 
 MAGIC = b"FDNVTX1\n"
@@ -136,7 +137,7 @@ def read_nvtx_capture(path: str | Path) -> Trace:
                 dom, cat, _ = struct.unpack_from("<QII", p)
                 categories[(dom, cat)] = _text(p, 16)
     spans: dict[str, list] = defaultdict(list)
-    attrs: dict[str, list] = defaultdict(list)
+    attrs: dict[str, tuple[list[int], list[str]]] = defaultdict(lambda: ([], []))
     syncs: dict[str, list] = defaultdict(list)
     thread_names: dict[int, str] = {}
     for cap in caps:
@@ -162,9 +163,8 @@ def read_nvtx_capture(path: str | Path) -> Trace:
             spans["step"].append(-1)
             spans["trace_id"].append("")
             for k, v in (("nvtx.domain", domains.get(dom, "")), ("nvtx.category", category)):
-                attrs["span_id"].append(sid)
-                attrs["key"].append(k)
-                attrs["value"].append(json.dumps(v))
+                attrs[k][0].append(sid)
+                attrs[k][1].append(v)
         for kind, tid, p in cap.records:
             if kind == THREAD_NAME:
                 thread_names[struct.unpack_from("<I", p)[0]] = _text(p, 8)
@@ -185,7 +185,7 @@ def read_nvtx_capture(path: str | Path) -> Trace:
     trace = Trace(
         spans=frame("spans", _columns(spans, "spans")),
         syncs=frame("syncs", _columns(syncs, "syncs")),
-        attrs=frame("attrs", _columns(attrs, "attrs")),
+        attrs=_typed(attrs),
         processes=frame(
             "processes",
             {
@@ -207,6 +207,13 @@ def read_nvtx_capture(path: str | Path) -> Trace:
         if cap.dropped:
             trace.warn(f"pid {cap.pid}: {cap.dropped} NVTX events dropped (capture file full)")
     return trace.validate()
+
+
+def _typed(values: dict[str, tuple[list[int], list[str]]]) -> Attrs:
+    builder = AttrsBuilder()
+    for key, (ids, texts) in values.items():
+        builder.add_values(key, ids, texts)
+    return builder.build()
 
 
 def _columns(data: dict[str, list], table: str) -> dict[str, list]:

@@ -26,6 +26,7 @@ import pandas as pd
 from fdprof.errors import FdprofError
 from fdprof.trace import conventions as C
 from fdprof.trace.assemble import assemble
+from fdprof.trace.attrs import AttrsBuilder
 from fdprof.trace.chrome import SPAN_LANE, SPAN_ROLE
 from fdprof.trace.jsonstream import Stream, open_text
 from fdprof.trace.model import Trace, rows
@@ -106,9 +107,7 @@ def _synthetic_trace(pid: int) -> str:
 def requests(trace: Trace, batch: int = BATCH) -> Iterator[dict[str, Any]]:
     """The trace as ``ExportTraceServiceRequest`` dicts (JSON mapping), ``batch`` spans each."""
     spans = trace.spans
-    attrs_of: dict[int, dict[str, Any]] = {}
-    for sid, key, value in rows(trace.attrs, ["span_id", "key", "value"]):
-        attrs_of.setdefault(sid, {})[key] = json.loads(value)
+    attrs_of = trace.attrs.by_span()
     events_of, carried = _sync_events(trace)
     procs = trace.processes.set_index("pid")
     role_of = dict(rows(trace.processes, ["pid", "role"]))
@@ -292,7 +291,9 @@ class _Reader:
         self.spans: dict[str, list] = {
             k: [] for k in ("span_id", "parent_id", "name", "start", "end", "pid", "tid")
         } | {"role": [], "trace_id": [], "lane": []}
-        self.attrs: tuple[list, list, list] = ([], [], [])
+        self.attrs = AttrsBuilder()
+        #: this request's attribute values by key, typed when the request is done
+        self.pending: dict[str, tuple[list[int], list[Any]]] = {}
         self.syncs: dict[str, list] = {
             k: [] for k in ("op", "obj", "seq", "time", "pid", "tid", "lane", "span_id")
         }
@@ -322,6 +323,9 @@ class _Reader:
             for ss in rs.get("scopeSpans", rs.get("scope_spans", [])):
                 for span in ss.get("spans", []):
                     self.span(span, pid, role)
+        for key, (ids, values) in self.pending.items():
+            self.attrs.add_values(key, ids, values)
+        self.pending = {}
 
     def span(self, span: dict, pid: int, role: str) -> None:
         values = dict(_attr_pairs(span.get("attributes", [])))
@@ -355,9 +359,11 @@ class _Reader:
             self.event(event, sid, pid)
 
     def attr(self, sid: int, key: str, value: Any) -> None:
-        self.attrs[0].append(sid)
-        self.attrs[1].append(key)
-        self.attrs[2].append(C.attr_json(value))
+        got = self.pending.get(key)
+        if got is None:
+            got = self.pending[key] = ([], [])
+        got[0].append(sid)
+        got[1].append(value)
 
     def event(self, event: dict, sid: int, pid: int) -> None:
         values = dict(_attr_pairs(event.get("attributes", [])))
@@ -404,4 +410,4 @@ def read(path: Path) -> Trace:
         "anchored": [reader.procs[p]["anchored"] for p in procs],
         "dp_rank": [reader.procs[p]["dp_rank"] for p in procs],
     }
-    return assemble(trace, spans, reader.attrs, syncs, processes)
+    return assemble(trace, spans, reader.attrs.build(), syncs, processes)

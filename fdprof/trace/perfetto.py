@@ -17,10 +17,12 @@ from json.encoder import encode_basestring
 from pathlib import Path
 from typing import TextIO
 
+import numpy as np
 import pandas as pd
 
 from fdprof.trace import chrome as K
 from fdprof.trace import conventions as C
+from fdprof.trace.attrs import Attrs
 from fdprof.trace.model import Trace, rows
 from fdprof.trace.tracks import SYNTHETIC_TID, assign
 
@@ -38,14 +40,17 @@ def _open(path: Path) -> TextIO:
     return path.open("w", encoding="utf-8")
 
 
-def args_text(attrs: pd.DataFrame) -> dict[int, str]:
-    """Per span id, its attributes as JSON object members (values are already JSON text)."""
-    if not len(attrs):
+def args_text(attrs: Attrs) -> dict[int, str]:
+    """Per span id, its attributes as JSON object members (each value's JSON text)."""
+    ids: list[np.ndarray] = []
+    members: list[str] = []
+    for key, column in attrs.items():
+        name = encode_basestring(key)
+        ids.append(column.span_id)
+        members.extend([f"{name}:{text}" for text in column.json()])
+    if not ids:
         return {}
-    keys = attrs["key"].to_numpy(object)
-    values = attrs["value"].to_numpy(object)
-    members = [f"{encode_basestring(k)}:{v}" for k, v in zip(keys, values, strict=True)]
-    grouped = pd.Series(members).groupby(attrs["span_id"].to_numpy()).agg(",".join)
+    grouped = pd.Series(members).groupby(np.concatenate(ids)).agg(",".join)
     return dict(zip(grouped.index.tolist(), grouped.tolist(), strict=True))
 
 
@@ -91,11 +96,11 @@ def _thread_name(pid: int, tid: int, name: str) -> str:
     )
 
 
-def _spans(emit, spans: pd.DataFrame, attrs: pd.DataFrame, track_tid, role_of) -> None:
+def _spans(emit, spans: pd.DataFrame, attrs: Attrs, track_tid, role_of) -> None:
     args_of = args_text(attrs)
     lanes_default = C.thread_lanes(spans["pid"].to_numpy(), spans["tid"].to_numpy())
-    has_lane_attr = set(attrs.loc[attrs["key"] == C.LANE, "span_id"].tolist())
-    has_role_attr = set(attrs.loc[attrs["key"] == C.ROLE, "span_id"].tolist())
+    has_lane_attr = set(attrs.span_ids(C.LANE).tolist())
+    has_role_attr = set(attrs.span_ids(C.ROLE).tolist())
     cols = ["span_id", "parent_id", "name", "start", "end", "pid", "tid", "lane", "role"]
     trace_ids = spans["trace_id"].to_numpy(object, na_value=None)
     for i, (sid, parent, name, start, end, pid, tid, lane, role) in enumerate(rows(spans, cols)):

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from fdprof.trace.attrs import AttrsBuilder
 from fdprof.trace.model import SCHEMAS, Trace, frame
 
 
@@ -43,7 +43,7 @@ class TraceBuilder:
             for b in blocks:
                 self.access(sid, pool, b, mode, layers)
         for k, v in (attrs or {}).items():
-            self.attrs.append({"span_id": sid, "key": k, "value": json.dumps(v)})
+            self.attrs.append({"span_id": sid, "key": k, "value": v})
         return sid
 
     def access(self, sid: int, pool: str, block: int, mode: str, layers=(-1, -1)) -> None:
@@ -67,9 +67,13 @@ class TraceBuilder:
         def cols(table: str, rows: list[dict[str, Any]]) -> dict[str, list]:
             return {c: [r[c] for r in rows] for c in SCHEMAS[table]}
 
+        attrs = AttrsBuilder()
+        for key in dict.fromkeys(a["key"] for a in self.attrs):
+            mine = [a for a in self.attrs if a["key"] == key]
+            attrs.add_values(key, [a["span_id"] for a in mine], [a["value"] for a in mine])
         return Trace(
             spans=frame("spans", cols("spans", self.spans)),
             accesses=frame("accesses", cols("accesses", self.accesses)),
             syncs=frame("syncs", cols("syncs", self.syncs)),
-            attrs=frame("attrs", cols("attrs", self.attrs)),
+            attrs=attrs.build(),
         )

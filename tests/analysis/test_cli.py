@@ -8,8 +8,8 @@ import sys
 from dataclasses import dataclass
 
 import pytest
+from synthetic import engine_trace
 
-from fdprof.analysis.synthetic import engine_trace
 from fdprof.cli import main
 from fdprof.trace import perfetto
 

@@ -4,12 +4,12 @@ import json
 
 import numpy as np
 import pytest
+from synthetic import engine_trace
 
 from fdprof.analysis.breakdown import PARTS, ideal_gain, step_breakdown, steps
 from fdprof.analysis.diff import FEW_STEPS, diff_traces, swap_overlap
 from fdprof.analysis.hazards import find_hazards
 from fdprof.analysis.stats import ratio_ci
-from fdprof.analysis.synthetic import engine_trace
 from fdprof.errors import FdprofError
 
 from .builder import TraceBuilder

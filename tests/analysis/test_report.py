@@ -1,10 +1,10 @@
 """Every renderer renders every result type, showing the same numbers."""
 
 import pytest
+from synthetic import engine_trace
 
 from fdprof.analysis.diff import diff_traces
 from fdprof.analysis.hazards import find_hazards
-from fdprof.analysis.synthetic import engine_trace
 from fdprof.analysis.whatif import what_if_drop_lock
 from fdprof.report import markdown, text
 from fdprof.report.tables import MAX_ROWS, document

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import strategies as st
 
 from fdprof.trace.assemble import assemble
-from fdprof.trace.conventions import attr_json
+from fdprof.trace.attrs import AttrsBuilder
 from fdprof.trace.model import Trace
 
 ROLES = ["engine", "cache_manager", "transfer", "worker"]
@@ -31,12 +31,12 @@ def traces(draw) -> Trace:
     ids = draw(st.lists(st.integers(1, 2**62), min_size=n, max_size=n, unique=True))
     spans = {k: [] for k in ("span_id", "parent_id", "name", "start", "end", "pid", "tid")}
     spans |= {"role": [], "trace_id": []}
-    attrs: tuple[list, list, list] = ([], [], [])
+    attrs: dict[str, tuple[list, list]] = {}
 
     def attr(sid, key, value):
-        attrs[0].append(sid)
-        attrs[1].append(key)
-        attrs[2].append(attr_json(value))
+        ids, values = attrs.setdefault(key, ([], []))
+        ids.append(sid)
+        values.append(value)
 
     for i, sid in enumerate(ids):
         pid = draw(st.sampled_from(pids))
@@ -88,5 +88,8 @@ def traces(draw) -> Trace:
         "anchored": [True] * len(pids),
         "dp_rank": [draw(st.integers(-1, 3)) for _ in pids],
     }
+    typed = AttrsBuilder()
+    for key, (ids, values) in attrs.items():
+        typed.add_values(key, ids, values)
     trace = Trace(meta={"format": "generated"})
-    return assemble(trace, spans, attrs, syncs, processes)
+    return assemble(trace, spans, typed.build(), syncs, processes)

@@ -29,13 +29,20 @@ def test_reads_real_pytorch_profiler_traces(hta_trace):
     assert "python3.8" in set(trace.processes["name"])
     device = spans[spans["lane"].str.startswith("cuda:")]
     assert len(device) > 5_000
-    cats = trace.attrs[trace.attrs["key"] == "chrome.cat"]
-    assert set(cats[cats["span_id"].isin(device["span_id"])]["value"]) <= {
-        '"kernel"',
-        '"gpu_memcpy"',
-        '"gpu_memset"',
-        '"gpu_user_annotation"',
+    cats = trace.attr("chrome.cat")
+    assert set(cats[cats.index.isin(device["span_id"])]) <= {
+        "kernel",
+        "gpu_memcpy",
+        "gpu_memset",
+        "gpu_user_annotation",
     }
+    # typed as PyTorch wrote them: ints, int lists, string lists; a key mixing ints and
+    # floats keeps each value's own type
+    assert trace.attr("correlation").dtype == "int64"
+    assert trace.attr("grid").iloc[0] == [int(v) for v in trace.attr("grid").iloc[0]]
+    assert all(type(t) is str for t in trace.attr("Input type").iloc[0])
+    blocks = trace.attr("blocks per SM")
+    assert {type(v) for v in blocks} == {int, float}
     flows = trace.syncs
     assert set(flows["op"]) == {"release", "acquire"}
     assert flows["obj"].str.startswith("flow:").all()
@@ -87,8 +94,7 @@ def test_every_phase(tmp_path):
     assert spans.loc["req", "end"] == 25_000 and spans.loc["req", "lane"] == "1/async:0x7"
     assert spans.loc["mark", "start"] == spans.loc["mark", "end"] == 30_000
     inner = int(spans.loc["inner", "span_id"])
-    attrs = trace.attrs
-    assert attrs[attrs["span_id"] == inner].set_index("key")["value"]["b"] == "[1,2]"
+    assert trace.attr("b")[inner] == [1, 2]
     syncs = trace.syncs
     lock = syncs[syncs["obj"] == "lock:kv"].iloc[0]
     assert (lock["op"], lock["seq"], lock["span_id"], lock["lane"]) == ("release", 4, 9, "1/2")

@@ -8,7 +8,6 @@ from fdprof import probe
 from fdprof.errors import FdprofError
 from fdprof.probe import records as R
 from fdprof.probe.recorder import open_recorder
-from fdprof.trace import conventions as C
 from fdprof.trace import load
 from fdprof.trace.native import RUN_FORMAT
 
@@ -48,12 +47,12 @@ def test_times_share_the_epoch_timebase_and_respect_causality(engine_run):
 
 def test_attributes_and_derived_accesses(engine_run):
     trace = load(engine_run)
-    attrs = trace.attrs
     execute = trace.spans[trace.spans["name"] == "execute_model"]
     sid = int(execute.sort_values("start")["span_id"].iloc[0])
-    mine = dict(attrs[attrs["span_id"] == sid][["key", "value"]].values.tolist())
-    assert json.loads(mine["batch.ratio"]) == 0.5
-    assert json.loads(mine["kv.gpu_read"]) == [1, 2, 3]
+    ratio, read, size = (trace.attr(k) for k in ("batch.ratio", "kv.gpu_read", "batch.size"))
+    assert ratio.dtype == "float64" and ratio[sid] == 0.5
+    assert size.dtype == "int64" and size[sid] == 4
+    assert read[sid] == [1, 2, 3]
     acc = trace.accesses
     rows = acc[acc["span_id"] == sid].sort_values(["mode", "block"])
     assert rows[["pool", "block", "mode"]].values.tolist() == [
@@ -168,8 +167,8 @@ def test_missing_path_is_an_error(tmp_path):
         load(tmp_path / "nope")
 
 
-def test_int_list_attributes_read_as_their_canonical_json(tmp_path):
-    """Lists of every length and sign, unaligned in the file, read back as ``attr_json`` text."""
+def test_int_list_attributes_read_typed(tmp_path):
+    """Lists of every length and sign, unaligned in the file, read back as int64 lists."""
     lists = [[], [0], [-5, 2**31 - 1, -(2**31)], list(range(300)), [7] * 3]
     rec = open_recorder(tmp_path / f"worker-0-{os.getpid()}.rec", "worker")
     name, key = probe.name("execute_model", "execute_model"), probe.key("kv.gpu_read")
@@ -180,6 +179,6 @@ def test_int_list_attributes_read_as_their_canonical_json(tmp_path):
         rec.end(sid)
     rec.close()
     trace = load(tmp_path)
-    got = trace.attrs[trace.attrs["key"] == "kv.gpu_read"]
-    order = trace.spans.set_index("span_id")["start"].reindex(got["span_id"]).argsort()
-    assert got["value"].iloc[order].tolist() == [C.attr_json(v) for v in lists]
+    got = trace.attr("kv.gpu_read")
+    order = trace.spans.set_index("span_id")["start"].reindex(got.index).argsort()
+    assert got.iloc[order].tolist() == lists

@@ -78,11 +78,10 @@ def test_built_export_every_event_kind(tmp_path, enum):
     assert spans.loc["swap", "pid"] == 12
     assert spans.loc["open", "end"] == -1
     assert spans.loc["here", "start"] == spans.loc["here", "end"]
-    attrs = trace.attrs.merge(trace.spans[["span_id", "name"]], on="span_id")
-    got = {(n, k): v for n, k, v in attrs[["name", "key", "value"]].itertuples(index=False)}
-    assert got[("step", "nvtx.domain")] == '"fdprof"'
-    assert got[("step", "nvtx.payload")] == "77"
-    assert got[("schedule", "nvtx.category")] == '"swap"'
+    named = trace.spans.set_index("name")["span_id"]
+    assert trace.attr("nvtx.domain")[named["step"]] == "fdprof"
+    assert trace.attr("nvtx.payload")[named["step"]] == 77
+    assert trace.attr("nvtx.category")[named["schedule"]] == "swap"
     assert trace.meta["thread_names"]["10/11"] == "sched"
     assert any("never ended" in w for w in trace.meta["warnings"])
 

@@ -69,13 +69,12 @@ def test_reads_collector_style_file_written_by_others(tmp_path):
     assert trace.spans["span_id"].tolist() == [1, 2]
     assert trace.spans["trace_id"].tolist() == ["000102030405060708090a0b0c0d0e0f"] * 2
     assert (trace.spans["end"] - trace.spans["start"]).tolist() == [500_000_000] * 2
-    attrs = dict(trace.attrs[trace.attrs["span_id"] == 1][["key", "value"]].values.tolist())
-    assert attrs == {
-        "gen_ai.usage.prompt_tokens": "12",
-        "ratio": "0.25",
-        "ok": "true",
-        "tags": '["a"]',
-    }
+    attrs = {k: trace.attr(k)[1] for k in trace.attrs}
+    assert attrs == {"gen_ai.usage.prompt_tokens": 12, "ratio": 0.25, "ok": True, "tags": ["a"]}
+    assert [str(trace.attr(k).dtype) for k in ("gen_ai.usage.prompt_tokens", "ok")] == [
+        "int64",
+        "bool",
+    ]
     assert trace.processes["role"].tolist() == ["vllm"]
 
 

@@ -1,5 +1,6 @@
 """Synthetic engine-shaped traces, built with numpy: for benchmarks (10^5..10^7 accesses)
-and for tests that need a whole run without starting the engine.
+and for tests that need a whole run without starting the engine. A fixture, not fdprof: tests
+import it from here (``tests/conftest.py`` puts this folder on the path), the benchmarks too.
 
 The protocol is the engine's: the scheduler (lane ``1/1``) issues swap task *i* on
 ``queue:swap``, the transfer process (``2/1``) copies cpu blocks into the gpu blocks step *i*
@@ -12,16 +13,14 @@ on every ``fault_every``-th step: a real race for the detector to find.
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 
 from fdprof.errors import FdprofError
+from fdprof.trace import attrs as A
 from fdprof.trace.conventions import accesses_from_attrs
 from fdprof.trace.model import Trace, frame
-
-_ENC = json.JSONEncoder(separators=(",", ":"))
 
 ENGINE, TRANSFER, WORKER = "1/1", "2/1", "3/1"
 MODES = ("baseline", "lockless")
@@ -108,13 +107,14 @@ def engine_trace(
 
 
 class _Tables:
-    """Column chunks appended per span kind, concatenated once; accesses are derived from
-    the ``kv.*`` attributes by the trace conventions, exactly as for a recorded run."""
+    """Column chunks appended per span kind, concatenated once; attributes typed as the native
+    reader types them, and accesses derived from the ``kv.*`` lists by the trace conventions,
+    exactly as for a recorded run."""
 
     def __init__(self) -> None:
         self.spans: list[dict] = []
         self.syncs: list[dict] = []
-        self.attrs: list[dict] = []
+        self.attrs = A.AttrsBuilder()
         self.next_id = 1
 
     def span(self, lane, name, start, end, role, step) -> np.ndarray:
@@ -135,17 +135,18 @@ class _Tables:
                            "span_id": np.zeros(n, np.int64)})  # fmt: skip
 
     def access(self, ids, pool, blocks, mode) -> None:
-        """The ``kv.<pool>_<mode>`` block-list attribute, as the probe records it."""
-        key = f"kv.{pool}_{mode}"
-        self.attrs.append({"span_id": ids, "key": key,
-                           "value": [_ENC.encode(row) for row in blocks.tolist()]})  # fmt: skip
+        """The ``kv.<pool>_<mode>`` block-list attribute (a row of ``blocks`` per span), as the
+        probe records it."""
+        rows, width = blocks.shape
+        offsets = pa.array(np.arange(0, rows * width + 1, width, dtype=np.int32))
+        lists = pa.ListArray.from_arrays(offsets, pa.array(blocks.ravel().astype(np.int64)))
+        self.attrs.add(f"kv.{pool}_{mode}", ids, lists, A.INTS)
 
     def attr(self, ids, key, values) -> None:
-        self.attrs.append({"span_id": ids, "key": key,
-                           "value": [json.dumps(int(v)) for v in values]})  # fmt: skip
+        self.attrs.add(key, ids, pa.array(np.asarray(values, dtype=np.int64)), A.INT)
 
     def build(self, meta: dict) -> Trace:
-        attrs = _concat("attrs", self.attrs)
+        attrs = self.attrs.build()
         return Trace(
             spans=_concat("spans", self.spans),
             accesses=accesses_from_attrs(attrs),
