@@ -10,8 +10,12 @@ here, for the formats that carry JSON (Chrome args, OTLP ``AnyValue``\\s, the na
 string fallback); a native run's attributes never pass through text.
 
 Readers hand values to :class:`AttrsBuilder` (typed Arrow arrays, or Python values whose kind
-it infers) in parts; :meth:`AttrsBuilder.build` joins each key's parts without copying their
-values (an Arrow chunked array) and keeps the last value where a span sets a key twice.
+it infers) in parts. Small parts are joined as they come, :data:`SMALL_PARTS` at a time, until
+they hold :data:`PART_ROWS` rows (so a value is copied a few times at most): thousands of small
+parts, one per batch of events, left the allocator's heap full of holes the final columns could
+not reuse.
+:meth:`AttrsBuilder.build` joins what is left without copying values (an Arrow chunked array)
+and keeps the last value where a span sets a key twice.
 """
 
 from __future__ import annotations
@@ -40,8 +44,23 @@ ARROW_TYPES: dict[str, pa.DataType] = {
 #: Python scalar type -> the kind that holds it (Decimal: a number an exact JSON decode made)
 _SCALAR_KINDS = {int: INT, float: FLOAT, Decimal: FLOAT, str: STR, bool: BOOL}
 
+#: parts are joined :data:`SMALL_PARTS` at a time while smaller than this many rows
+PART_ROWS = 1 << 16
+SMALL_PARTS = 8
+
 _ENCODER = msgspec.json.Encoder(decimal_format="number")
 _DECODER = msgspec.json.Decoder()
+
+
+def small_tail(parts: list, rows: Callable[[Any], int]) -> int:
+    """How many trailing parts to join now: :data:`SMALL_PARTS` when that many in a row are
+    smaller than :data:`PART_ROWS` (module doc), else 0."""
+    tail = 0
+    for part in reversed(parts):
+        if rows(part) >= PART_ROWS:
+            break
+        tail += 1
+    return tail if tail >= SMALL_PARTS else 0
 
 
 def to_json(value: Any) -> str:
@@ -263,13 +282,26 @@ class AttrsBuilder:
         if not len(span_ids):
             return
         ids = np.asarray(span_ids, dtype=np.int64)
-        self._parts.setdefault(key, []).append((Column(kind, ids, _chunked(values, kind)), order))
+        parts = self._parts.setdefault(key, [])
+        parts.append((Column(kind, ids, _chunked(values, kind)), order))
+        small = small_tail(parts, lambda part: len(part[0]) if part[1] is None else PART_ROWS)
+        if small:
+            joined = _join(parts[-small:])
+            values = _chunked(joined.values.combine_chunks(), joined.kind)
+            parts[-small:] = [(Column(joined.kind, joined.span_id, values), None)]
 
     def add_values(self, key: str, span_ids: Any, values: list) -> None:
         """Python values of ``key`` (decoded from JSON or SQL), typed by what they hold."""
         if values:
             kind, array = typed(values)
             self.add(key, np.asarray(span_ids, dtype=np.int64), array, kind)
+
+    def renumber(self, change: Callable[[np.ndarray], Any]) -> None:
+        """Let ``change`` rewrite the span ids of every part in place (a reader that numbers
+        spans only once it has seen them all)."""
+        for parts in self._parts.values():
+            for column, _ in parts:
+                change(column.span_id)
 
     def build(self) -> Attrs:
         columns = {}

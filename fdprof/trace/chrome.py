@@ -27,7 +27,7 @@ from fdprof import semconv as S
 from fdprof.errors import FdprofError
 from fdprof.trace import conventions as C
 from fdprof.trace.assemble import assemble
-from fdprof.trace.attrs import AttrsBuilder
+from fdprof.trace.attrs import AttrsBuilder, small_tail
 from fdprof.trace.jsonstream import Stream, open_text, plain
 from fdprof.trace.model import Trace
 
@@ -83,10 +83,14 @@ class _Builder:
         #: args as typed attributes, a part per key and batch: no Python value outlives its
         #: batch
         self.attrs = AttrsBuilder()
+        #: this batch's sync events, a list per column; earlier batches' as arrays
         self.sync: dict[str, list] = {k: [] for k in _SYNC_COLS}
+        self.sync_parts: dict[str, list[np.ndarray]] = {k: [] for k in _SYNC_COLS}
         self.counters: list[tuple[int, str, int, str, float]] = []
         self.ids: dict[Any, int] = {}
-        self.flow_ids: dict[Any, int] = {}
+        #: flow id -> sequence number, per category (no tuple per flow)
+        self.flow_ids: dict[Any, dict[Any, int]] = {}
+        self.flows = 0
         self.names: dict[str, str] = {}
         self.proc: dict[int, dict[str, Any]] = {}
         self.threads: dict[str, str] = {}
@@ -124,6 +128,15 @@ class _Builder:
             evs, start, end, lanes = zip(*self.pending, strict=True)
             self.pending = []
             self.spans(list(evs), np.array(start, np.int64), np.array(end, np.int64), lanes)
+        for key, values in self.sync.items():
+            if values:
+                dtype = object if key in ("op", "obj", "lane") else np.int64
+                self.sync_parts[key].append(np.array(values, dtype=dtype))
+                values.clear()
+        for parts in (*self.cols.values(), *self.sync_parts.values()):
+            small = small_tail(parts, len)
+            if small:
+                parts[-small:] = [np.concatenate(parts[-small:])]
 
     def spans(self, evs: list[dict], start: np.ndarray, end: np.ndarray, lanes) -> None:
         args = [ev.get("args") or {} for ev in evs]
@@ -144,12 +157,13 @@ class _Builder:
         if not all(type(n) is str for n in names):
             raise TypeError("name should be a string")
         cats = [ev.get("cat") for ev in evs]
+        intern = self.names.setdefault
         lanes = [
             a.pop(SPAN_LANE, None)
             or (f"cuda:{p}/stream:{t}" if lane is None and c in DEVICE_CATS else lane)
             for a, lane, c, p, t in zip(args, lanes, cats, pid, tid, strict=True)
         ]
-        intern = self.names.setdefault
+        lanes = [lane if lane is None else intern(lane, lane) for lane in lanes]
         cols = self.cols
         cols["span_id"].append(np.array(sids, dtype=np.int64))
         cols["parent_id"].append(np.array([a.pop(PARENT_ID, 0) for a in args], dtype=np.int64))
@@ -222,10 +236,14 @@ class _Builder:
         elif ph in _FLOWS:
             if ev.get("cat") == SYNC_FLOW_CAT:
                 return
-            flow = (ev.get("cat"), ev.get("id", ev.get("id2")))
-            seq = self.flow_ids.setdefault(flow, len(self.flow_ids))
+            cat, flow = ev.get("cat"), ev.get("id", ev.get("id2"))
+            ids = self.flow_ids.setdefault(cat, {})
+            seq = ids.get(flow)
+            if seq is None:
+                seq = ids[flow] = self.flows
+                self.flows += 1
             for op in _FLOWS[ph]:
-                self.add_sync(op, f"flow:{flow[0] or ''}", seq, ev, 0, None)
+                self.add_sync(op, f"flow:{cat or ''}", seq, ev, 0, None)
         elif ph == "M":
             self.metadata(ev)
         elif ph == "C":
@@ -323,7 +341,7 @@ def _roles(given: np.ndarray, pids: np.ndarray, role_of: dict[int, str]) -> np.n
 
 def _finish(trace: Trace, b: _Builder) -> Trace:
     def cat(name: str, dtype) -> np.ndarray:
-        parts = b.cols[name]
+        parts = b.cols.pop(name)  # each batch's part freed once joined
         return np.concatenate(parts) if parts else np.zeros(0, dtype=dtype)
 
     span_id = cat("span_id", np.int64)
@@ -336,12 +354,20 @@ def _finish(trace: Trace, b: _Builder) -> Trace:
     explicit = span_id[span_id > 0]
     base = int(explicit.max()) if len(explicit) else 0
     span_id[span_id < 0] = base - span_id[span_id < 0]
-    attrs = b.attrs.build().with_span_ids(lambda ids: np.where(ids < 0, base - ids, ids))
+    b.attrs.renumber(lambda ids: np.subtract(base, ids, out=ids, where=ids < 0))
+    attrs = b.attrs.build()
     if len(np.unique(span_id)) != len(span_id):
         raise FdprofError(f"{trace.meta['path']}: two spans share one {SPAN_ID}")
     pids = cat("pid", np.int64)
     names = {v: str(k) for k, v in b.ids.items()}
-    procs = sorted(set(pids.tolist()) | set(b.proc) | set(b.sync["pid"]))
+    syncs = {
+        k: np.concatenate(v)
+        if v
+        else np.zeros(0, object if k in ("op", "obj", "lane") else np.int64)
+        for k, v in b.sync_parts.items()
+    }
+    seen = np.unique(np.concatenate([pids, syncs["pid"]])).tolist()  # not a Python int per row
+    procs = sorted(set(seen) | set(b.proc))
     role_of = {p: b.proc.get(p, {}).get("role", "") for p in procs}
     spans = {
         "span_id": span_id,
@@ -354,10 +380,6 @@ def _finish(trace: Trace, b: _Builder) -> Trace:
         "role": _roles(cat("role", object), pids, role_of),
         "trace_id": cat("trace_id", object),
         "lane": cat("lane", object),
-    }
-    syncs = {
-        k: np.array(v, dtype=object if k in ("op", "obj", "lane") else np.int64)
-        for k, v in b.sync.items()
     }
     processes = {
         "pid": procs,

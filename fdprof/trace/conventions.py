@@ -113,8 +113,17 @@ def span_columns(spans: pd.DataFrame, attrs: Attrs) -> None:
         decoded = decode(key, values)
         pos = index.get_indexer(values.span_id)
         found = pos >= 0
-        col = spans[column].to_numpy(copy=True)
-        col[pos[found]] = decoded[found]
+        rows, decoded = pos[found], decoded[found]
+        if column == "step":
+            col = spans[column].to_numpy(copy=True)
+            col[rows] = decoded
+        else:  # in Arrow: no Python string per row of the column
+            order = np.argsort(rows)
+            mask = np.zeros(len(spans), dtype=bool)
+            mask[rows] = True
+            current = pa.array(spans[column])
+            replacements = pa.array(decoded[order], current.type)
+            col = pc.replace_with_mask(current, pa.array(mask), replacements)
         spans[column] = pd.Series(col, dtype=spans[column].dtype, index=spans.index)
 
 

@@ -9,10 +9,10 @@ Non-integer numbers decode as :class:`decimal.Decimal`, so microsecond timestamp
 fractions convert to nanoseconds exactly; :func:`plain` turns them back into floats.
 
 :meth:`Stream.batches` is the fast path for arrays written one element per line (PyTorch,
-Perfetto and fdprof all write them so): it cuts the buffer after the last ``},\n{`` and
-decodes the whole batch at once with msgspec (2-3× the speed of :mod:`json`), falling back to
-one element at a time where the text is laid out otherwise or a cut turns out not to be
-between two elements.
+Perfetto and fdprof all write them so): it cuts the buffer after the last ``},\n{`` within
+:data:`BATCH_CHARS` and decodes the whole batch at once with msgspec (2-3× the speed of
+:mod:`json`), falling back to one element at a time where the text is laid out otherwise or a
+cut turns out not to be between two elements.
 """
 
 from __future__ import annotations
@@ -37,6 +37,10 @@ _FAST = msgspec.json.Decoder()
 _EXACT = msgspec.json.Decoder(float_hook=Decimal)
 _SPACE = re.compile(r"[ \t\n\r]*")
 CHUNK_CHARS = 1 << 20
+#: characters of elements decoded at once by :meth:`Stream.batches`: their Python objects are
+#: what a load holds beyond its columns, so a batch is kept small (256 K characters: about a
+#: thousand PyTorch-profiler events)
+BATCH_CHARS = 1 << 18
 
 
 def open_text(path: Path) -> TextIO:
@@ -147,22 +151,29 @@ class Stream:
             yield rest
 
     def _split(self) -> int | None:
-        """Offset just past the last element of the buffer that a newline separates from the
-        next one (``},\n{``); None when there is none. A raw newline cannot be inside a JSON
+        """Offset just past the last element that a newline separates from the next one
+        (``},\n{``) within :data:`BATCH_CHARS` of the cursor, or past the first such element
+        when one is longer; None when there is none. A raw newline cannot be inside a JSON
         string, so such a split is between two values (or two nested ones: decoding checks)."""
+        scanned = 0  # characters after the window already searched, as the buffer refills
         while True:
-            if not self._eof and len(self._buf) - self._pos < CHUNK_CHARS:
+            if not self._eof and len(self._buf) - self._pos < BATCH_CHARS:
                 self._fill()
             buf, pos = self._buf, self._pos
-            nl = buf.rfind("\n", pos)
+            limit = min(len(buf), pos + BATCH_CHARS)
+            nl = buf.rfind("\n", pos, limit)
             while nl > pos:
-                after = _SPACE.match(buf, nl + 1).end()
-                before = len(buf[pos:nl].rstrip()) + pos - 1
-                if after < len(buf) and buf[after] == "{" and buf[before] == ",":
-                    end = len(buf[pos:before].rstrip()) + pos
-                    if end > pos:
-                        return end
+                end = _element_end(buf, pos, nl)
+                if end is not None:
+                    return end
                 nl = buf.rfind("\n", pos, nl)
+            nl = buf.find("\n", max(limit, pos + scanned))
+            while nl != -1:
+                end = _element_end(buf, pos, nl)
+                if end is not None:
+                    return end
+                nl = buf.find("\n", nl + 1)
+            scanned = len(buf) - pos
             if self._eof or not self._fill():
                 return None
 
@@ -211,6 +222,23 @@ class Stream:
     def error(self, message: str, pos: int | None = None) -> FdprofError:
         at = self._consumed + (self._pos if pos is None else pos)
         return FdprofError(f"{self._name}: {message} at character {at}")
+
+
+def _element_end(buf: str, pos: int, nl: int) -> int | None:
+    """Where the element before the newline at ``nl`` ends, if the newline is between two
+    elements (a comma before it, ``{`` after it, blanks aside), else None."""
+    after = _SPACE.match(buf, nl + 1).end()
+    if after >= len(buf) or buf[after] != "{":
+        return None
+    before = nl - 1
+    while before >= pos and buf[before] in " \t\r\n":
+        before -= 1
+    if before < pos or buf[before] != ",":
+        return None
+    end = before
+    while end > pos and buf[end - 1] in " \t\r\n":
+        end -= 1
+    return end if end > pos else None
 
 
 def _reason(exc: BaseException) -> str:

@@ -121,6 +121,7 @@ def test_large_event_spanning_buffer_refills(tmp_path, monkeypatch):
     from fdprof.trace import jsonstream
 
     monkeypatch.setattr(jsonstream, "CHUNK_CHARS", 64)
+    monkeypatch.setattr(jsonstream, "BATCH_CHARS", 128)  # each event is longer than a batch
     events = [
         {
             "ph": "X",
@@ -133,8 +134,10 @@ def test_large_event_spanning_buffer_refills(tmp_path, monkeypatch):
         }
         for i in range(50)
     ]
-    trace = load(write(tmp_path, {"otherData": {"k": 1}, "traceEvents": events}))
+    lines = ",\n".join(json.dumps(e) for e in events)  # one per line: decoded in batches
+    trace = load(write(tmp_path, f'{{"otherData": {{"k": 1}}, "traceEvents": [\n{lines}\n]}}'))
     assert len(trace.spans) == 50
+    assert trace.attr("n").tolist() == list(range(50))
     assert trace.spans["start"].tolist() == [(123456789012 + i) * 1000 for i in range(50)]
 
 
