@@ -340,6 +340,9 @@ def _roles(given: np.ndarray, pids: np.ndarray, role_of: dict[int, str]) -> np.n
 
 
 def _finish(trace: Trace, b: _Builder) -> Trace:
+    b.flow_ids.clear()  # the stream is read: no flow needs its sequence number any more
+    b.stacks.clear()
+
     def cat(name: str, dtype) -> np.ndarray:
         parts = b.cols.pop(name)  # each batch's part freed once joined
         return np.concatenate(parts) if parts else np.zeros(0, dtype=dtype)

@@ -1,4 +1,4 @@
-"""The attribute conventions of DESIGN.md, applied the same way for every source format.
+"""The attribute conventions (docs/trace.md), applied the same way for every source format.
 
 Readers only turn their format into typed attributes (:mod:`fdprof.trace.attrs`) plus raw
 span and sync rows; the meaning of ``fd.step``, ``fd.role``, ``fd.lane``, ``kv.layers`` and the
@@ -22,7 +22,7 @@ from fdprof import semconv as S
 from fdprof.errors import FdprofError
 from fdprof.trace import attrs as A
 from fdprof.trace.attrs import Attrs, Column
-from fdprof.trace.model import empty, frame
+from fdprof.trace.model import TEXT, empty, frame
 
 #: attribute key -> (pool, mode) of the accesses it lists
 KV_KEYS = S.KV_ACCESS_KEYS
@@ -171,8 +171,8 @@ def accesses_from_attrs(attrs: Attrs) -> pd.DataFrame:
     # Arrow columns taken from the few distinct texts: np.full(n, text, dtype=object) made a
     # Python string per row
     which = np.repeat(np.arange(len(parts)), [len(p[0]) for p in parts])
-    pool = pa.array([p[1] for p in parts], pa.string()).take(which)
-    mode = pa.array([p[2] for p in parts], pa.string()).take(which)
+    pool = pa.array([p[1] for p in parts], TEXT).take(which)
+    mode = pa.array([p[2] for p in parts], TEXT).take(which)
     block = np.concatenate([p[3] for p in parts])
     lo = lo_of.reindex(span_id).fillna(-1).to_numpy(dtype=np.int64)
     hi = hi_of.reindex(span_id).fillna(-1).to_numpy(dtype=np.int64)

@@ -70,6 +70,10 @@ PROCESS_COLUMNS: dict[str, str] = {
     "dp_rank": "int64",
 }
 
+#: the Arrow type of string columns: pandas keeps them as large strings (a string column handed
+#: to it is copied into one)
+TEXT = pa.large_string()
+
 SCHEMAS = {
     "spans": SPAN_COLUMNS,
     "accesses": ACCESS_COLUMNS,
@@ -108,7 +112,7 @@ def _text(values: Any) -> Any:
         return values
     codes, uniques = pd.factorize(values)
     try:
-        dictionary = pa.array(uniques, pa.string())
+        dictionary = pa.array(uniques, TEXT)
     except (pa.ArrowTypeError, pa.ArrowInvalid):  # not all strings: pandas says what is wrong
         return values
     return dictionary.take(pa.array(codes, mask=codes < 0))

@@ -31,7 +31,7 @@ from fdprof.trace import attrs as A
 from fdprof.trace import conventions as C
 from fdprof.trace.assemble import assemble
 from fdprof.trace.attrs import AttrsBuilder
-from fdprof.trace.model import Trace
+from fdprof.trace.model import TEXT, Trace
 
 MANIFEST = "run.json"
 RUN_FORMAT = "fdprof-run/1"
@@ -87,7 +87,7 @@ class _File:
     n_spans: int = 0
     n_syncs: int = 0
 
-    def text(self, ids: np.ndarray, what: str) -> pa.Array:
+    def text(self, ids: np.ndarray, what: str, kind: pa.DataType = TEXT) -> pa.Array:
         """The strings of ``ids`` as an Arrow column, taken from one small table of this file's
         strings: no Python string (or pointer to one) per row."""
         lookup: list[str | None] = [None] * (max(self.strings, default=0) + 1)
@@ -96,7 +96,7 @@ class _File:
         used = np.unique(ids).tolist()
         if used and (used[-1] >= len(lookup) or any(lookup[i] is None for i in used)):
             raise FdprofError(f"record file of pid {self.pid}: {what} refers to an unknown string")
-        return pa.array(lookup, pa.string()).take(ids)
+        return pa.array(lookup, kind).take(ids)
 
 
 def _decode(path: Path) -> _File | None:
@@ -155,7 +155,7 @@ def _decode(path: Path) -> _File | None:
     if len(ops) and not np.isin(ops, (R.SyncOp.RELEASE, R.SyncOp.ACQUIRE)).all():
         raise FdprofError(f"{path}: sync record with an unknown op")
     out.syncs = {
-        "op": pa.array(["release", "acquire"], pa.string()).take(ops - R.SyncOp.RELEASE),
+        "op": pa.array(["release", "acquire"], TEXT).take(ops - R.SyncOp.RELEASE),
         "obj": out.text(obj, "a sync object"),
         "seq": seq,
         "time": time + out.offset_ns,
@@ -188,7 +188,7 @@ def _decode_attrs(data: bytes, offs: np.ndarray, kinds: np.ndarray, columns, out
         (A.INT, offs[kinds == R.Kind.ATTR_INT], int_span, int_key, pa.array(int_value)),
         (A.FLOAT, offs[kinds == R.Kind.ATTR_FLOAT], float_span, float_key, pa.array(float_value)),
         (A.STR, offs[kinds == R.Kind.ATTR_STR], str_span, str_key,
-         out.text(str_value, "a string attribute")),
+         out.text(str_value, "a string attribute", A.ARROW_TYPES[A.STR])),
         (A.INTS, list_offs, list_span, list_key, _int_lists(data, list_offs, counts)),
     ]  # fmt: skip
     for kind, order, span, key, values in parts:
@@ -313,7 +313,7 @@ def _build(trace: Trace, files: list[_File], by_pid: dict[int, dict[str, Any]]) 
         values = [value(f) for f in files]
         which = np.repeat(np.arange(len(files)), [getattr(f, f"n_{table}") for f in files])
         if isinstance(values[0], str):
-            return pa.array(values, pa.string()).take(which)
+            return pa.array(values, TEXT).take(which)
         return np.array(values, dtype=np.int64)[which]
 
     roles = {f.pid: by_pid.get(f.pid, {}).get("role") or f.role for f in files}
@@ -338,7 +338,7 @@ def _build(trace: Trace, files: list[_File], by_pid: dict[int, dict[str, Any]]) 
         "pid": per_file("spans", lambda f: f.pid),
         "tid": cat("spans", "tid"),
         "role": per_file("spans", lambda f: roles[f.pid]),
-        "trace_id": pa.array(_inherit(span_id, parent_id, trace_id), pa.string()),
+        "trace_id": pa.array(_inherit(span_id, parent_id, trace_id), TEXT),
     }
     syncs = {k: cat("syncs", k) for k in ("op", "obj", "seq", "time", "tid", "span_id")}
     syncs["pid"] = per_file("syncs", lambda f: f.pid)

@@ -1,6 +1,6 @@
 """Reader of Nsight Systems SQLite exports (``nsys export --type sqlite``).
 
-Export schemas differ between versions (see ``shared/notes/field.md``), so nothing here
+Export schemas differ between versions (docs/trace.md lists the differences), so nothing here
 assumes a column position or an event-type number: columns are looked up by name, event types
 through ``ENUM_NSYS_EVENT_TYPE`` when the export has it (else the long-stable ids), range names
 come from ``text`` or, failing that, ``textId`` → ``StringIds``.

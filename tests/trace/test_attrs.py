@@ -17,6 +17,7 @@ from fdprof.probe.recorder import open_recorder
 from fdprof.trace import load
 from fdprof.trace.attrs import INT, INTS, JSON, STRS, Attrs, AttrsBuilder, kind_of, typed
 from fdprof.trace.model import Trace
+from fdprof.trace.otlp import attributes
 
 
 def attrs_of(**values: list) -> Attrs:
@@ -119,22 +120,10 @@ def chrome_file(tmp_path, args: dict):
     return path
 
 
-def _any(value):
-    if isinstance(value, bool):
-        return {"boolValue": value}
-    if isinstance(value, int):
-        return {"intValue": str(value)}
-    if isinstance(value, float):
-        return {"doubleValue": value}
-    if isinstance(value, str):
-        return {"stringValue": value}
-    return {"arrayValue": {"values": [_any(v) for v in value]}}
-
-
 def otlp_file(tmp_path, args: dict):
     span = {"traceId": "0" * 31 + "1", "spanId": "0" * 15 + "2", "name": "execute_model",
             "startTimeUnixNano": "1", "endTimeUnixNano": "2",
-            "attributes": [{"key": k, "value": _any(v)} for k, v in args.items()]}  # fmt: skip
+            "attributes": attributes(args)}  # fmt: skip
     request = {"resourceSpans": [{"resource": {}, "scopeSpans": [{"spans": [span]}]}]}
     path = tmp_path / "spans.otlp.json"
     path.write_text(json.dumps(request) + "\n")
