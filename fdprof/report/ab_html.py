@@ -7,7 +7,7 @@ from html import escape
 
 import numpy as np
 
-from fdprof.ab import LABELS, MODES, TIMELINE_SPANS, ABResult
+from fdprof.ab.session import LABELS, MODES, TIMELINE_SPANS, ABResult
 from fdprof.analysis.breakdown import PARTS
 from fdprof.report import svg
 from fdprof.report.ab_markdown import (
@@ -25,6 +25,9 @@ table{border-collapse:collapse;margin:1em 0;font-size:13px}
 td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}
 th{background:#f3f3f3}
 .charts{display:flex;flex-wrap:wrap;gap:12px}
+.verdict{padding:.6em 1em;border-radius:4px;font-size:15px}
+.verdict.safe{background:#e6f4ea;color:#1e6b34}
+.verdict.unsafe{background:#fde8e8;color:#b00020;border:2px solid #b00020}
 pre{background:#f6f6f6;padding:1em;font-size:12px;overflow:auto}
 """
 
@@ -79,12 +82,20 @@ def charts(result: ABResult) -> list[str]:
 
 
 def render(result: ABResult) -> str:
+    v = result.verdict
+    kinds = "".join(f"<li>{escape(line)}</li>" for line in v.kind_lines())
+    verdict = (
+        f"<div class='verdict {'safe' if v.safe else 'unsafe'}'><b>{escape(v.line)}</b>"
+        + (f"<ul>{kinds}</ul>" if kinds else "")
+        + "</div>"
+    )
     findings = "".join(f"<li>{escape(line)}</li>" for line in headline(result))
     return "".join(
         [
             "<!doctype html><html><head><meta charset='utf-8'>",
             "<title>fdprof A/B report</title>",
             f"<style>{_CSS}</style></head><body>",
+            verdict,
             "<h1>fdprof A/B: KV-cache lock (baseline) vs lockless</h1>",
             f"<ul>{findings}</ul>",
             f"<div class='charts'>{''.join(charts(result))}</div>",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from fdprof.ab import LABELS, MODES, ABResult
+from fdprof.ab.session import LABELS, MODES, ABResult
 from fdprof.analysis.breakdown import PARTS
 from fdprof.analysis.stats import spread
 from fdprof.report.ab_text import headline
@@ -81,6 +81,10 @@ def run_rows(result: ABResult) -> list[list[object]]:
 
 def render(result: ABResult) -> str:
     parts = [
+        f"**{result.verdict.line}**",
+        "",
+        *(f"- race kind: {line}" for line in result.verdict.kind_lines()),
+        "",
         "# fdprof A/B: KV-cache lock (baseline) vs lockless",
         "",
         *(f"- {line}" for line in headline(result)),

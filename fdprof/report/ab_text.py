@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from fdprof.ab import LABELS, ABResult
+from fdprof.ab.session import LABELS, ABResult
 from fdprof.analysis.stats import spread
 
 
@@ -58,4 +58,7 @@ def render(result: ABResult) -> str:
             f"{steps['p50']:6.1f} ms  p99 {steps['p99']:6.1f} ms"
         )
     files = "  ".join(f"{k}: {v}" for k, v in result.report_files.items())
-    return "\n".join([*headline(result), "", *rows, "", files]).rstrip() + "\n"
+    v = result.verdict
+    kinds = [f"  race kind: {line}" for line in v.kind_lines()]
+    lines = [v.line, *kinds, "", *headline(result), "", *rows, "", files]
+    return "\n".join(lines).rstrip() + "\n"

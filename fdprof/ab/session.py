@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 
 from fdprof import semconv as S
+from fdprof.ab.verdict import RunSafety, Verdict, merge_kinds
 from fdprof.analysis.breakdown import PARTS, ideal_speedup, step_breakdown
 from fdprof.analysis.hazards import find_hazards
 from fdprof.analysis.stats import (
@@ -29,6 +30,7 @@ from fdprof.analysis.stats import (
 )
 from fdprof.analysis.whatif import what_if_drop_lock
 from fdprof.capture.plan import CapturePlan
+from fdprof.errors import FdprofError
 from fdprof.trace import load
 from fdprof.trace.model import Trace
 
@@ -50,12 +52,25 @@ class RunOutcome:
     hazard_counts: dict[str, int]
     breakdown: pd.DataFrame
     what_if_newly_unordered: int | None = None
+    #: the run's races grouped by kind (``HazardReport.kinds``)
+    race_kinds: pd.DataFrame = field(default_factory=pd.DataFrame)
     timeline: list[tuple[str, list[tuple[float, float, int]]]] = field(default_factory=list)
     timeline_window: tuple[float, float] = (0.0, 0.0)
 
     @property
     def tokens_per_s(self) -> float:
         return float(self.results["tokens_per_s"])
+
+    @property
+    def name(self) -> str:
+        """How reports name the run: its mode and pair index."""
+        return f"{LABELS[self.mode]} #{self.index}"
+
+    @property
+    def safety(self) -> RunSafety:
+        h = self.hazard_counts
+        mismatches = self.results["integrity"]["mismatches"]
+        return RunSafety(self.name, LABELS[self.mode], h["races"], h["latent"], mismatches)
 
     def to_json(self) -> dict[str, Any]:
         out = {
@@ -83,6 +98,14 @@ class ABResult:
     ideal: RatioCI
     out_dir: Path
     report_files: dict[str, str] = field(default_factory=dict)
+    #: ``--require-gain``: the least acceptable lower bound of the gain's CI
+    require_gain: float | None = None
+
+    @property
+    def verdict(self) -> Verdict:
+        kinds = merge_kinds([r.race_kinds for r in self.runs])
+        labels = (LABELS[MODES[0]], LABELS[MODES[1]])
+        return Verdict(self.gain, labels, [r.safety for r in self.runs], kinds, self.require_gain)
 
     def of(self, mode: str) -> list[RunOutcome]:
         return [r for r in self.runs if r.mode == mode]
@@ -136,6 +159,7 @@ class ABResult:
             }
 
         return {
+            "verdict": self.verdict.to_json(),
             "config": self.config,
             "runs": [r.to_json() for r in self.runs],
             "baseline": mode_json("ipc"),
@@ -191,7 +215,10 @@ def run_ab(
         cfg = replace(config, kv_lock=mode, seed=seed)
         probe_config = capture.probe_config(run_dir, mode)
         observers, env = capture.observers_and_env(probe_config)
-        results = run_engine(cfg, probe_config, observers, env=env)
+        try:
+            results = run_engine(cfg, probe_config, observers, env=env)
+        except FdprofError as exc:
+            raise FdprofError(f"run {LABELS[mode]} #{i} ({run_dir}): {exc}") from None
         capture.finish(run_dir)
         outcomes.append(analyse_run(mode, i, seed, results, load(run_dir)))
     if progress is not None:
@@ -214,7 +241,8 @@ def analyse_run(mode: str, index: int, seed: int, results: dict, trace: Trace) -
     whose with-lock half is the run's hazard report (so the detector runs once per edge set)."""
     what_if = what_if_drop_lock(trace) if mode == "ipc" else None
     hazards = what_if.with_lock if what_if is not None else find_hazards(trace)
-    outcome = RunOutcome(mode, index, seed, results, hazards.counts, step_breakdown(trace))
+    outcome = RunOutcome(mode, index, seed, results, hazards.counts, step_breakdown(trace),
+                         race_kinds=hazards.kinds)  # fmt: skip
     if what_if is not None:
         outcome.what_if_newly_unordered = len(what_if.newly_unordered)
     outcome.timeline, outcome.timeline_window = _timeline_excerpt(trace)

@@ -1,0 +1,91 @@
+"""``fdprof ab`` as a gate: its exit code and the verdict at the top of every report."""
+
+import json
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+
+from fdprof.ab.verdict import RunSafety, Verdict, merge_kinds
+from fdprof.analysis.stats import RatioCI
+
+LABELS = ("base", "new")
+
+
+def _verdict(lo, hi, races=0, mismatches=0, require=None):
+    gain = RatioCI((lo + hi) / 2, lo, hi, 0.95, "gain", "t")
+    runs = [RunSafety("base #0", "base", 0, 0, 0), RunSafety("new #0", "new", races, 0,
+                                                             mismatches)]  # fmt: skip
+    return Verdict(gain, LABELS, runs, require_gain=require)
+
+
+@pytest.mark.parametrize(
+    ("args", "safety", "speed", "code"),
+    [
+        ((1.1, 1.3), "SAFE", "FASTER", 0),
+        ((0.9, 1.3), "SAFE", "NOT SHOWN FASTER", 0),
+        ((0.7, 0.9), "SAFE", "SLOWER", 0),
+        ((1.1, 1.3, 2), "UNSAFE", "FASTER", 1),
+        ((1.1, 1.3, 0, 5), "UNSAFE", "FASTER", 1),
+        ((1.1, 1.3, 0, 0, 1.2), "SAFE", "FASTER", 3),  # lower bound 1.1 < 1.2
+        ((1.1, 1.3, 0, 0, 1.1), "SAFE", "FASTER", 0),  # met exactly
+        ((1.1, 1.3, 3, 0, 1.2), "UNSAFE", "FASTER", 1),  # 1 wins over 3
+    ],
+)
+def test_verdict_and_exit_code(args, safety, speed, code):
+    v = _verdict(*args)
+    assert (v.safety, v.speed, v.exit_code) == (safety, speed, code)
+    assert v.line.startswith(f"{safety}, {speed}: gain ")
+    assert v.to_json()["exit_code"] == code
+
+
+def test_unsafe_verdict_names_the_runs_and_numbers():
+    v = _verdict(0.9, 1.2, races=4, mismatches=2)
+    assert "new 4 (0 latent)" in v.line and "in new #0" in v.line
+    assert "integrity mismatches 2" in v.line and "2 runs" in v.line
+    assert "95% CI 0.900-1.200" in v.line
+
+
+def test_race_kinds_merge_over_runs():
+    kind = {"name_a": "execute_model", "role_a": "worker", "name_b": "swap",
+            "role_b": "transfer", "modes": "rw", "pairs": 3, "overlapped": 1}  # fmt: skip
+    merged = merge_kinds([pd.DataFrame([kind]), pd.DataFrame([kind | {"pairs": 5}])])
+    assert merged[["pairs", "overlapped", "runs"]].values.tolist() == [[8, 2, 2]]
+    v = Verdict(_verdict(1, 2).gain, LABELS, [], merged)
+    assert v.kind_lines() == [
+        "execute_model (worker) read / swap (transfer) write: 8 pair(s), 2 overlapped, in 2 run(s)"
+    ]
+
+
+@pytest.fixture(scope="module")
+def fault_ab(tmp_path_factory):
+    """The seeded bug: a swap-in the worker does not wait for. 18 requests are the fewest
+    whose runs swap blocks back in on both seeds (fewer never swap in: nothing to race)."""
+    out = tmp_path_factory.mktemp("fault-ab")
+    cmd = [sys.executable, "-m", "fdprof", "ab", "--runs", "2", "--requests", "18",
+           "--fault", "no-wait-swap-in", "--out", str(out)]  # fmt: skip
+    result = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    return out, result
+
+
+@pytest.mark.slow
+def test_fault_ab_exits_1_with_unsafe_on_top_of_every_report(fault_ab):
+    out, result = fault_ab
+    assert result.returncode == 1, result.stderr
+    assert result.stdout.startswith("UNSAFE, ")
+    assert (out / "report.md").read_text().startswith("**UNSAFE, ")
+    html = (out / "report.html").read_text()
+    body = html.split("<body>", 1)[1]
+    assert body.startswith("<div class='verdict unsafe'><b>UNSAFE, ")
+    assert "execute_model (worker) read / swap (transfer) write" in body.split("</div>")[0]
+    verdict = json.loads((out / "ab.json").read_text())["verdict"]
+    assert verdict["safety"] == "UNSAFE" and verdict["exit_code"] == 1
+    assert verdict["unsafe_runs"] and all("#" in run for run in verdict["unsafe_runs"])
+    assert sum(verdict["races"].values()) > 0
+
+
+def test_require_gain_must_be_a_positive_number(tmp_path):
+    cmd = [sys.executable, "-m", "fdprof", "ab", "--require-gain", "nan", "--out", str(tmp_path)]
+    result = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1
