@@ -127,3 +127,15 @@ DP_RANK = "fd.dp_rank"
 KV_LOCK = "fd.kv_lock"
 WORKLOAD = "fd.workload"
 TP_RANK = "fd.tp_rank"
+
+
+# -- lanes (where program order holds; docs/trace.md "Lanes") ---------------------------------
+#: device kinds of device lanes: CUDA streams, and the engine's CPU stream twin
+DEVICE_CUDA, DEVICE_CPU = "cuda", "cpu"
+DEVICE_KINDS = (DEVICE_CUDA, DEVICE_CPU)
+
+
+def device_lane(pid: int, kind: str, device: int | str, stream: int | str) -> str:
+    """The lane of a device stream, scoped by the process that owns it: stream ids are per
+    process (and per device), so two processes' stream 7 are two lanes."""
+    return f"{pid}/{kind}:{device}/stream:{stream}"

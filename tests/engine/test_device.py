@@ -1,0 +1,183 @@
+"""The device interface's ordering guarantees, and what it does not guarantee, on both
+implementations: the CPU twin (always) and CUDA (skipped without a GPU)."""
+
+from __future__ import annotations
+
+import os
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+import torch
+
+from engine.device import CpuDevice, Device, DeviceError, open_device
+from fdprof import semconv as S
+
+
+@dataclass
+class Backend:
+    """A device and the means to make its work slow or hold it until the test lets it go."""
+
+    device: Device
+    tensor_device: str
+
+    def zeros(self, n: int = 4) -> torch.Tensor:
+        return torch.zeros(n, device=self.tensor_device)
+
+    def slow(self) -> None:
+        """Work that takes a while, so a missing order would show in the result."""
+        if self.tensor_device == "cuda":
+            torch.cuda._sleep(100_000_000)  # ~50 ms of GPU cycles
+        else:
+            threading.Event().wait(0.05)
+
+    def hold(self) -> tuple[Any, Any]:
+        """``(work, release)``: work that does not finish before ``release()`` on the CPU twin;
+        on CUDA, a long kernel (a GPU cannot wait on the host) and a ``release`` that does
+        nothing."""
+        if self.tensor_device == "cuda":
+            return (lambda: torch.cuda._sleep(2_000_000_000)), (lambda: None)
+        gate = threading.Event()
+        return (lambda: gate.wait(30)), gate.set
+
+
+@pytest.fixture(params=["cpu", "cuda"])
+def backend(request):
+    if request.param == "cuda" and not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    dev = open_device(request.param)
+    yield Backend(dev, request.param)
+    dev.close()
+
+
+@pytest.fixture
+def cpu():
+    dev = CpuDevice()
+    yield Backend(dev, "cpu")
+    dev.close()
+
+
+def test_launch_returns_before_the_work_has_run(backend):
+    work, release = backend.hold()
+    s = backend.device.stream()
+    e = backend.device.event()
+    s.launch(work)
+    s.record(e)
+    assert not e.query()
+    release()
+    e.synchronize()
+    assert e.query()
+
+
+def test_one_stream_runs_its_work_in_launch_order(backend):
+    s = backend.device.stream()
+    x = backend.zeros(1) + 1
+    expected = 1.0
+    for i in range(20):
+        s.launch(x.mul_, 3) if i % 2 else s.launch(x.add_, i)
+        expected = expected * 3 if i % 2 else expected + i
+    s.synchronize()
+    assert x.item() == expected
+
+
+def test_a_stream_waiting_on_an_event_runs_after_the_recorded_work(backend):
+    a, b = backend.device.stream(), backend.device.stream()
+    e = backend.device.event()
+    x, y = backend.zeros(), backend.zeros()
+    a.launch(backend.slow)
+    a.launch(x.fill_, 7)
+    a.record(e)
+    b.wait(e)
+    b.launch(y.copy_, x)
+    b.synchronize()
+    assert y.tolist() == [7.0] * 4
+
+
+def test_the_host_waiting_on_an_event_sees_the_recorded_work(backend):
+    s = backend.device.stream()
+    e = backend.device.event()
+    x = backend.zeros()
+    s.launch(backend.slow)
+    s.launch(x.fill_, 3)
+    s.record(e)
+    e.synchronize()
+    assert x.tolist() == [3.0] * 4
+
+
+def test_a_wait_is_for_the_record_made_before_it_not_a_later_one(backend):
+    """CUDA's rule: ``wait`` takes the event's most recent record at the time of the call."""
+    a, b = backend.device.stream(), backend.device.stream()
+    e = backend.device.event()
+    x, y = backend.zeros(), backend.zeros()
+    work, release = backend.hold()
+    a.launch(x.fill_, 1)
+    a.record(e)
+    b.wait(e)
+    a.launch(work)
+    a.launch(x.fill_, 2)
+    a.record(e)
+    b.launch(y.copy_, x)
+    b.synchronize()  # returns while a is held: b waited for the first record only
+    assert y.tolist() == [1.0] * 4
+    release()
+    a.synchronize()
+
+
+def test_an_event_never_recorded_is_complete(backend):
+    s = backend.device.stream()
+    e = backend.device.event()
+    assert e.query()
+    e.synchronize()
+    s.wait(e)
+    s.synchronize()
+
+
+def test_device_synchronize_waits_for_every_stream(backend):
+    streams = [backend.device.stream() for _ in range(3)]
+    xs = [backend.zeros() for _ in streams]
+    for i, (s, x) in enumerate(zip(streams, xs, strict=True)):
+        s.launch(backend.slow)
+        s.launch(x.fill_, i + 1)
+    backend.device.synchronize()
+    assert [x[0].item() for x in xs] == [1.0, 2.0, 3.0]
+
+
+def test_streams_are_lanes_of_this_process(backend):
+    lanes = [backend.device.stream().lane for _ in range(2)]
+    kind = backend.device.kind
+    assert lanes == [S.device_lane(os.getpid(), kind, 0, n) for n in (1, 2)]
+
+
+def test_two_streams_without_an_event_really_overlap(cpu):
+    """Not ordered means not ordered: each stream's work waits for the other's to start, which
+    only ends if both run at the same time (a twin that serialised streams would time out)."""
+    both = threading.Barrier(2, timeout=30)
+    met: list[bool] = []
+    a, b = cpu.device.stream(), cpu.device.stream()
+    a.launch(lambda: met.append(both.wait() >= 0))
+    b.launch(lambda: met.append(both.wait() >= 0))
+    cpu.device.synchronize()
+    assert met == [True, True]
+
+
+def test_failed_work_raises_where_the_host_next_synchronises(cpu):
+    s, other = cpu.device.stream(), cpu.device.stream()
+    e = cpu.device.event()
+    ran: list[int] = []
+    s.launch(lambda: 1 / 0)  # launch itself does not raise: the host has moved on
+    s.launch(ran.append, 1)
+    s.record(e)
+    with pytest.raises(DeviceError, match="ZeroDivisionError"):
+        s.synchronize()
+    with pytest.raises(DeviceError):
+        e.synchronize()
+    other.wait(e)
+    with pytest.raises(DeviceError):
+        other.synchronize()
+    assert ran == []  # a failed stream runs nothing more
+
+
+def test_an_unknown_kind_is_refused():
+    with pytest.raises(ValueError, match="device kind"):
+        open_device("tpu")
