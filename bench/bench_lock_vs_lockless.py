@@ -21,7 +21,7 @@ from fdprof.probe import ProbeConfig
 def _run(kv_lock: str, seed: int, requests: int, root: Path) -> dict:
     cfg = EngineConfig(kv_lock=kv_lock, seed=seed, requests=requests)
     out = root / f"{kv_lock}-{seed}"
-    return run_engine(cfg, ProbeConfig(run_dir=str(out)))
+    return run_engine(cfg, ProbeConfig(run_dir=str(out))).to_json()
 
 
 def main() -> None:

@@ -1,24 +1,27 @@
 """The cache manager (engine process): device and host block accounting, the prefix cache, and the
 swaps between pools, as in FastDeploy's PrefixCacheManager.
 
-Evictions (device → host) are issued from a background thread; a request whose prefix is on the
-host is swapped back in with ``issue_swap_task(..., is_sync=True)`` from the scheduler thread
-before it is scheduled. All bookkeeping happens under one traced mutex, so every handoff of a
-block between the two threads is a recorded edge. Seeded faults break exactly one rule each.
+Evictions (device → host, :meth:`CacheManager.evict_once`) are issued from a background thread
+the server runs; a request whose prefix is on the host is swapped back in with
+``issue_swap_task(..., is_sync=True)`` from the scheduler thread before it is scheduled. All
+bookkeeping happens under one traced mutex, so every handoff of a block between the two threads
+is a recorded edge. The transfer side is a :class:`SwapPort` and the baseline's lock a
+:class:`HoldLock`, both handed in: no queue or process lives here, so unit tests drive the cache
+manager with a port of their own. Seeded faults break exactly one rule each.
 """
 
 from __future__ import annotations
 
 import contextlib
 import itertools
-import threading
-from collections.abc import Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from engine import instrument as I
 from engine.allocator import BlockAllocator
 from engine.config import EngineConfig
-from engine.ipc import SEQ_STRIDE, Control, KvLock, RunPaths, Stopped, SwapSignal, TracedMutex
+from engine.ipc import SEQ_STRIDE, TracedMutex
 from engine.messages import SwapTask
 from engine.prefix_cache import Entry, PrefixCache, block_hashes
 from fdprof import probe
@@ -44,13 +47,38 @@ class SwapStats:
     to_gpu: int = 0
     blocks: int = 0
 
-    def as_dict(self) -> dict[str, int]:
+    def to_json(self) -> dict[str, int]:
         return {"to_cpu": self.to_cpu, "to_gpu": self.to_gpu, "blocks": self.blocks}
+
+    @staticmethod
+    def total(parts: Iterable[SwapStats]) -> SwapStats:
+        out = SwapStats()
+        for s in parts:
+            out.to_cpu += s.to_cpu
+            out.to_gpu += s.to_gpu
+            out.blocks += s.blocks
+        return out
+
+
+class SwapPort(Protocol):
+    """The transfer side as the cache manager sees it: hand over a task, wait for it, or ask
+    whether it is done. The server's port puts tasks on the transfer processes' queues and
+    reads their completion signals; a unit test's port can complete them by hand."""
+
+    def submit(self, task: SwapTask) -> None: ...
+
+    def wait(self, task_id: int) -> None: ...
+
+
+class HoldLock(Protocol):
+    """The baseline's KV lock, held around a swap (``engine.ipc``'s flock locks)."""
+
+    def held(self, parent: int = 0) -> contextlib.AbstractContextManager[int]: ...
 
 
 class CacheManager:
     def __init__(
-        self, cfg: EngineConfig, rank: int, paths: RunPaths, swap_q, control: Control
+        self, cfg: EngineConfig, rank: int, port: SwapPort, lock: HoldLock | None = None
     ) -> None:
         self.cfg = cfg
         self.rank = rank
@@ -59,31 +87,12 @@ class CacheManager:
         self.cache = PrefixCache()
         self.mutex = TracedMutex(f"kv_cache/dp{rank}")  # per process: seq-less objects pair by name
         self.stats = SwapStats()
-        self._paths = paths
-        self._swap_q = swap_q
-        self._signal = SwapSignal(paths.signal(rank))
-        self._control = control
+        self._port = port
+        self._lock = lock
         self._task_ids = itertools.count(rank * SEQ_STRIDE + 1)
-        self._locks = threading.local()
         self._want_free = 0
-        self._wake = threading.Event()
-        self._done = threading.Event()
-        self._thread = threading.Thread(target=self._evict_loop, name="swap_out", daemon=True)
-        self.error: BaseException | None = None
 
     # -- the swap itself -------------------------------------------------------------------
-    @contextlib.contextmanager
-    def _kv_lock(self, parent: int) -> Iterator[None]:
-        """The baseline's lock, held from the start of a swap task until it completed."""
-        if self.cfg.kv_lock != "ipc":
-            yield
-            return
-        lock = getattr(self._locks, "lock", None)
-        if lock is None:
-            lock = self._locks.lock = KvLock(self._paths, self.rank, S.ROLE_CACHE_MANAGER)
-        with lock.held(parent):
-            yield
-
     def issue_swap_task(
         self,
         direction: str,
@@ -93,9 +102,10 @@ class CacheManager:
         trace_id: bytes | None = None,
         parent: int = 0,
         is_sync: bool = True,
-    ) -> None:
-        """Hand a swap to the transfer process; with ``is_sync`` wait until it has completed.
-        A swap for a request joins its trace (``trace_id``); an eviction starts its own."""
+    ) -> int:
+        """Hand a swap to the transfer side; with ``is_sync`` wait until it has completed (the
+        baseline holds its lock from before the hand-over until then). A swap for a request
+        joins its trace (``trace_id``); an eviction starts its own. Returns the task id."""
         p = probe.get()
         task_id = next(self._task_ids)
         if trace_id is None:
@@ -107,19 +117,19 @@ class CacheManager:
             p.set_int(sid, I.TASK_ID, task_id)
             p.set_str(sid, I.DIRECTION, direction)
             p.set_int(sid, I.BLOCKS, len(gpu_blocks))
-            with self._kv_lock(sid):
+            with self._lock.held(sid) if self._lock else contextlib.nullcontext():
                 task = SwapTask(
                     task_id, direction, gpu_blocks, cpu_blocks, fps, p.traceparent(sid, trace_id)
                 )
-                p.release(I.QUEUE_SWAP, task_id)
-                self._swap_q.put(task)
+                self._port.submit(task)
                 if is_sync:
-                    self._signal.wait(task_id, self._control)
+                    self._port.wait(task_id)
         if direction == S.TO_CPU:
             self.stats.to_cpu += 1
         else:
             self.stats.to_gpu += 1
         self.stats.blocks += len(gpu_blocks)
+        return task_id
 
     # -- admission (scheduler thread) -----------------------------------------------------
     def admit(
@@ -185,36 +195,12 @@ class CacheManager:
                 e.ref -= 1
             self.gpu.free(private)
 
-    # -- eviction (background thread) -----------------------------------------------------
+    # -- eviction (a background thread of the server's calls these) ------------------------
     def want_free(self, n: int) -> None:
-        """Ask the background thread to keep ``n`` device blocks free (by swapping out)."""
+        """Keep ``n`` device blocks free: :meth:`evict_once` swaps out until they are."""
         self._want_free = n
-        self._wake.set()
 
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._done.set()
-        self._wake.set()
-        self._thread.join()
-        if self.error is not None:
-            raise self.error
-
-    def _evict_loop(self) -> None:
-        probe.get().name_thread("swap_out")
-        try:
-            while not self._done.is_set():
-                self._wake.wait(0.05)
-                self._wake.clear()
-                while not self._done.is_set() and self._evict_once():
-                    pass
-        except Stopped:
-            pass
-        except BaseException as exc:  # surfaced by stop() in the scheduler thread
-            self.error = exc
-
-    def _evict_once(self) -> bool:
+    def evict_once(self) -> bool:
         """One swap-out of up to ``swap_batch`` blocks; False when nothing (more) is needed."""
         free_early = self.cfg.fault == "free-before-swap-out"
         with self.mutex:

@@ -7,6 +7,7 @@ block overwritten or copied at the wrong moment is detected, not guessed.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import torch
@@ -43,7 +44,16 @@ class IntegrityStats:
         self.mismatches += len(bad)
         return bad
 
-    def as_dict(self) -> dict[str, int]:
+    @staticmethod
+    def total(parts: Iterable[IntegrityStats]) -> IntegrityStats:
+        out = IntegrityStats()
+        for s in parts:
+            out.blocks_checked += s.blocks_checked
+            out.mismatches += s.mismatches
+            out.nan += s.nan
+        return out
+
+    def to_json(self) -> dict[str, int]:
         return {
             "blocks_checked": self.blocks_checked,
             "mismatches": self.mismatches,

@@ -7,6 +7,7 @@ lock and the in-process mutexes record release at unlock and acquire once obtain
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import queue
@@ -149,11 +150,12 @@ class SwapSignal:
 
 class KvLock:
     """The baseline's inter-process lock (FastDeploy's IPCLock): ``flock`` on a file in /dev/shm,
-    one per DP group.
+    one per DP group, through ONE open file description.
 
-    Each user (thread or process) opens its own descriptor, since flock excludes open file
-    descriptions, not threads. Wait and hold are recorded as ``lock_wait``/``lock_hold`` spans,
-    handoffs as syncs on ``lock:kv/dp<rank>``.
+    flock excludes open file descriptions, not threads: threads that share this object do not
+    exclude each other. Wait and hold are recorded as ``lock_wait``/``lock_hold`` spans on the
+    caller's lane, each hold as an acquire (once obtained) and a release (at unlock) of
+    ``lock:kv/dp<rank>``.
     """
 
     def __init__(self, paths: RunPaths, rank: int, holder: str) -> None:
@@ -180,6 +182,45 @@ class KvLock:
 
     def close(self) -> None:
         os.close(self._fd)
+
+
+class PerThreadKvLock:
+    """The corrected lock: each thread opens its own descriptor, so the threads of one process
+    exclude each other as well as the other processes."""
+
+    def __init__(self, paths: RunPaths, rank: int, holder: str) -> None:
+        self._args = (paths, rank, holder)
+        self._local = threading.local()
+        self._opened: list[KvLock] = []
+
+    def held(self, parent: int = 0) -> contextlib.AbstractContextManager[int]:
+        lock = getattr(self._local, "lock", None)
+        if lock is None:
+            lock = self._local.lock = KvLock(*self._args)
+            self._opened.append(lock)
+        return lock.held(parent)
+
+    def close(self) -> None:
+        for lock in self._opened:
+            lock.close()
+
+
+class TransferPort:
+    """The cache manager's :class:`~engine.cache_manager.SwapPort` in the engine process: a task
+    goes on the transfer process's queue (``queue:swap`` released, seq = task id) and is done
+    when its completion signal is set."""
+
+    def __init__(self, swap_q, signal: SwapSignal, control: Control) -> None:
+        self._q = swap_q
+        self._signal = signal
+        self._control = control
+
+    def submit(self, task) -> None:
+        probe.get().release(I.QUEUE_SWAP, task.task_id)
+        self._q.put(task)
+
+    def wait(self, task_id: int) -> None:
+        self._signal.wait(task_id, self._control)
 
 
 class TracedMutex:

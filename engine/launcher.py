@@ -19,11 +19,12 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Protocol
 
-import numpy as np
-
+from engine.cache_manager import SwapStats
 from engine.config import EngineConfig
+from engine.integrity import IntegrityStats
 from engine.ipc import Control, RunPaths, SwapSignal, create_shm_file, remove_stale
 from engine.process import ProcessContext, child_environment, child_main
+from engine.results import EngineStats, ProcessRecord, RunResults, StepLatency
 from engine.workloads import sized_for_workload
 from fdprof.errors import FdprofError
 from fdprof.probe import ProbeConfig
@@ -91,14 +92,14 @@ class _Group:
 
     def describe(self, exitcodes: bool = False) -> list[dict]:
         return [
-            {
-                "pid": proc.pid,
-                "role": role,
-                "name": proc.name,
-                "dp_rank": rank,
-                "record": f"{role}-{rank}-{proc.pid}.rec",
-                "exitcode": proc.exitcode if exitcodes else None,
-            }
+            ProcessRecord(
+                pid=proc.pid,
+                role=role,
+                name=proc.name,
+                dp_rank=rank,
+                record=f"{role}-{rank}-{proc.pid}.rec",
+                exitcode=proc.exitcode if exitcodes else None,
+            ).to_json()
             for role, rank, proc in self.procs
         ]
 
@@ -181,41 +182,28 @@ def _check_device(device: str) -> None:
             raise FdprofError("--device cuda: CUDA is not available on this machine")
 
 
-def _results(cfg: EngineConfig, group: _Group, wall_s: float, run_dir: Path) -> dict:
-    engines = [v for (role, _), v in group.done.items() if role == "engine"]
-    checkers = [v["integrity"] for (role, _), v in group.done.items() if role != "engine"]
+def _results(cfg: EngineConfig, group: _Group, wall_s: float, run_dir: Path) -> RunResults:
+    engines: list[EngineStats] = [v for (role, _), v in group.done.items() if role == "engine"]
+    checkers = [v.integrity for (role, _), v in group.done.items() if role != "engine"]
     devices = {v["device"] for (role, _), v in group.ready.items() if role == "worker"}
-    tokens = sum(e["generated_tokens"] for e in engines)
-    return {
-        "kv_lock": cfg.kv_lock,
-        "device": ",".join(sorted(devices)),
-        "workload": cfg.workload,
-        "seed": cfg.seed,
-        "dp": cfg.dp,
-        "fault": cfg.fault,
-        "requests": sum(e["requests"] for e in engines),
-        "generated_tokens": tokens,
-        "wall_s": round(wall_s, 4),
-        "tokens_per_s": round(tokens / wall_s, 2) if wall_s > 0 else 0.0,
-        "steps": sum(e["steps"] for e in engines),
-        "step_ms": _step_latency_ms([ns for e in engines for ns in e["step_ns"]]),
-        "swaps": {k: sum(e["swaps"][k] for e in engines) for k in ("to_cpu", "to_gpu", "blocks")},
-        "integrity": {
-            k: sum(c[k] for c in checkers) for k in ("blocks_checked", "mismatches", "nan")
-        },
-        "trace": str(run_dir),
-    }
-
-
-def _step_latency_ms(step_ns: list[int]) -> dict[str, float | None]:
-    """p50/p90/p99/max of the steps' wall times, ms: one run's spread, the only uncertainty a
-    single run has (run-to-run spread needs repeats: ``fdprof ab``)."""
-    if not step_ns:
-        return dict.fromkeys(("p50", "p90", "p99", "max"))
-    ms = np.asarray(step_ns, dtype=float) / 1e6
-    p50, p90, p99 = np.percentile(ms, [50, 90, 99])
-    return {"p50": round(float(p50), 3), "p90": round(float(p90), 3),
-            "p99": round(float(p99), 3), "max": round(float(ms.max()), 3)}  # fmt: skip
+    tokens = sum(e.generated_tokens for e in engines)
+    return RunResults(
+        kv_lock=cfg.kv_lock,
+        device=",".join(sorted(devices)),
+        workload=cfg.workload,
+        seed=cfg.seed,
+        dp=cfg.dp,
+        fault=cfg.fault,
+        requests=sum(e.requests for e in engines),
+        generated_tokens=tokens,
+        wall_s=round(wall_s, 4),
+        tokens_per_s=round(tokens / wall_s, 2) if wall_s > 0 else 0.0,
+        steps=sum(e.steps for e in engines),
+        step_ms=StepLatency.of([ns for e in engines for ns in e.step_ns]),
+        swaps=SwapStats.total(e.swaps for e in engines),
+        integrity=IntegrityStats.total(checkers),
+        trace=str(run_dir),
+    )
 
 
 def run_engine(
@@ -224,11 +212,12 @@ def run_engine(
     observers: Sequence[RunObserver] = (),
     progress: Callable[[int, int], None] | None = None,
     env: Mapping[str, str] | None = None,
-) -> dict:
+) -> RunResults:
     """Serve ``config``'s workload with real processes; record into ``probe_config.run_dir``.
 
-    Returns the results (also written into ``run.json``). ``env`` is added to the children's
-    environment (e.g. NVTX injection). Raises :class:`EngineCrashed` if a process dies.
+    Returns the results (their ``to_json()`` is also written into ``run.json``). ``env`` is
+    added to the children's environment (e.g. NVTX injection). Raises :class:`EngineCrashed`
+    if a process dies.
     """
     if probe_config.run_dir is None:
         raise FdprofError("run_engine needs probe_config.run_dir (the run directory)")
@@ -266,7 +255,7 @@ def run_engine(
                 served_at = time.monotonic()
         wall_s = (served_at or time.monotonic()) - t0
         results = _results(cfg, group, wall_s, run_dir)
-        manifest["results"] = results
+        manifest["results"] = results.to_json()
         status = "ok"
         return results
     except KeyboardInterrupt:

@@ -18,7 +18,7 @@ from engine.ipc import Control, RunPaths, Stopped
 from fdprof import probe
 from fdprof.probe import ProbeConfig
 
-#: role -> module whose ``serve(ctx) -> dict`` is the process's main loop
+#: role -> module whose ``serve(ctx)`` is the process's main loop (it returns its statistics)
 ROLES = {"engine": "engine.server", "transfer": "engine.transfer", "worker": "engine.worker"}
 
 

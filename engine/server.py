@@ -1,41 +1,153 @@
-"""The engine process: the scheduler thread and the cache manager's swap-out thread."""
+"""The engine process: the scheduler's step loop and the cache manager's eviction thread, wired
+to the worker and transfer processes by queues.
+
+The scheduler and the cache manager are plain objects (``schedule() -> Batch | None``,
+``update(batch, result)``, a swap port); everything that moves between processes or threads
+is here. One loop iteration is one ``step``: while the worker runs step N the scheduler admits
+new requests (waiting for their swap-ins), then collects N's result, then dispatches N + 1.
+"""
 
 from __future__ import annotations
 
+import threading
+import time
+
+from engine import instrument as I
 from engine.cache_manager import CacheManager
-from engine.ipc import Stopped
+from engine.ipc import (
+    Control,
+    PerThreadKvLock,
+    Stopped,
+    SwapSignal,
+    TransferPort,
+    recv,
+)
+from engine.messages import Batch, StepResult
 from engine.process import ProcessContext
+from engine.results import EngineStats
 from engine.scheduler import Scheduler
 from engine.workloads import make_requests
+from fdprof import probe
+from fdprof import semconv as S
 
 
-def serve(ctx: ProcessContext) -> dict:
+class BackgroundEviction:
+    """The cache manager's swap-out thread: keeps the blocks the scheduler wants free, swapping
+    out least recently used prefix blocks (FastDeploy's ``free_gpu_executor_pool``)."""
+
+    def __init__(self, cache: CacheManager) -> None:
+        self._cm = cache
+        self._wake = threading.Event()
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="swap_out", daemon=True)
+        self.error: BaseException | None = None
+
+    def want_free(self, n: int) -> None:
+        self._cm.want_free(n)
+        self._wake.set()
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._done.set()
+        self._wake.set()
+        self._thread.join()
+        if self.error is not None:
+            raise self.error
+
+    def _loop(self) -> None:
+        probe.get().name_thread("swap_out")
+        try:
+            while not self._done.is_set():
+                self._wake.wait(0.05)
+                self._wake.clear()
+                while not self._done.is_set() and self._cm.evict_once():
+                    pass
+        except Stopped:
+            pass
+        except BaseException as exc:  # surfaced by stop() in the scheduler thread
+            self.error = exc
+
+
+def cache_manager_lock(ctx: ProcessContext):
+    """The cache manager's side of the baseline lock: ``ipc`` shares one descriptor between its
+    threads (as FastDeploy's engine did), ``ipc-per-thread`` gives each thread its own."""
+    mode = ctx.cfg.kv_lock
+    if mode == "ipc":
+        return PerThreadKvLock(ctx.paths, ctx.rank, S.ROLE_CACHE_MANAGER)
+    return None
+
+
+def _dispatch(batch: Batch, step_sid: int, batch_q) -> None:
+    p = probe.get()
+    for s in batch.seqs:
+        p.link_context(step_sid, s.traceparent, link=True)  # the step serves this request
+    p.set_int(step_sid, I.STEP_ID, batch.step)
+    p.set_int(step_sid, I.BATCH_SIZE, len(batch.seqs))
+    p.release(I.QUEUE_BATCH, batch.seq)
+    batch_q.put(batch)
+
+
+def _collect(result_q, control: Control) -> StepResult:
+    res: StepResult = recv(result_q, control)
+    probe.get().acquire(I.QUEUE_RESULT, res.seq)
+    return res
+
+
+def run_steps(
+    sched: Scheduler, eviction: BackgroundEviction, ctx: ProcessContext, control: Control
+) -> list[int]:
+    """Serve every request; returns each dispatching step's wall time (ns)."""
+    p = probe.get()
+    p.name_thread("scheduler")
+    step_ns: list[int] = []
+    inflight: Batch | None = None
+    while sched.unfinished:
+        started = time.perf_counter_ns()
+        step_sid = p.begin(I.STEP)
+        with p.span(I.SCHEDULE, step_sid):
+            sched.admit()
+        if inflight is not None:
+            finished = sched.update(inflight, _collect(ctx.result_q, control))
+            if finished:
+                control.add_finished(ctx.rank, len(finished))
+        inflight = sched.schedule()
+        if inflight is not None:
+            _dispatch(inflight, step_sid, ctx.batch_q)
+        elif sched.waiting:
+            time.sleep(0.001)  # nothing fits yet: the eviction thread is making room
+        eviction.want_free(sched.blocks_wanted())
+        p.end(step_sid)
+        if inflight is not None:
+            step_ns.append(time.perf_counter_ns() - started)
+    return step_ns
+
+
+def serve(ctx: ProcessContext) -> EngineStats:
     control = ctx.control
-    cache = CacheManager(ctx.cfg, ctx.rank, ctx.paths, ctx.swap_q, control)
-    sched = Scheduler(
-        ctx.cfg,
-        ctx.rank,
-        make_requests(ctx.cfg, ctx.rank),
-        cache,
-        ctx.batch_q,
-        ctx.result_q,
-        control,
+    signal = SwapSignal(ctx.paths.signal(ctx.rank))
+    cache = CacheManager(
+        ctx.cfg, ctx.rank, TransferPort(ctx.swap_q, signal, control), cache_manager_lock(ctx)
     )
+    sched = Scheduler(ctx.cfg, ctx.rank, make_requests(ctx.cfg, ctx.rank), cache)
+    eviction = BackgroundEviction(cache)
     ctx.report("ready", "engine")
     while not ctx.go.wait(0.1):
         if control.stopping:
             raise Stopped
-    cache.start()
+    eviction.start()
     try:
-        sched.run()
+        step_ns = run_steps(sched, eviction, ctx, control)
     finally:
-        cache.stop()
+        eviction.stop()
     ctx.batch_q.put(None)
     ctx.swap_q.put(None)
-    return {
-        "steps": sched.steps,
-        "step_ns": sched.step_ns,
-        "generated_tokens": sched.generated,
-        "requests": sched.finished,
-        "swaps": cache.stats.as_dict(),
-    }
+    return EngineStats(
+        steps=sched.steps,
+        step_ns=step_ns,
+        generated_tokens=sched.generated,
+        requests=sched.finished,
+        swaps=cache.stats,
+        outputs=sched.outputs,
+    )

@@ -15,6 +15,7 @@ from engine.ipc import SwapSignal, recv
 from engine.kv_pool import host_pool, map_pool
 from engine.messages import SwapTask
 from engine.process import ProcessContext
+from engine.results import WorkerStats
 from fdprof import probe
 from fdprof import semconv as S
 
@@ -71,7 +72,7 @@ class Transfer:
             signal.set(task.task_id)
 
 
-def serve(ctx: ProcessContext) -> dict:
+def serve(ctx: ProcessContext) -> WorkerStats:
     torch.set_num_threads(1)
     control = ctx.control
     device, pool = recv(ctx.setup_q, control)
@@ -85,4 +86,4 @@ def serve(ctx: ProcessContext) -> dict:
     while (task := recv(ctx.swap_q, control)) is not None:
         p.acquire(I.QUEUE_SWAP, task.task_id)
         transfer.swap(task, signal)
-    return {"integrity": transfer.integrity.as_dict()}
+    return WorkerStats(transfer.integrity)

@@ -18,6 +18,7 @@ from engine.kv_pool import map_pool, resolve_device
 from engine.messages import Batch, StepResult
 from engine.model import Decoder, SeqInput
 from engine.process import ProcessContext
+from engine.results import WorkerStats
 from fdprof import probe
 from fdprof import semconv as S
 
@@ -76,7 +77,7 @@ class Worker:
         return StepResult(batch.step, batch.seq, next_tokens, dict(zip(filled, fps, strict=True)))
 
 
-def serve(ctx: ProcessContext) -> dict:
+def serve(ctx: ProcessContext) -> WorkerStats:
     torch.set_num_threads(1)
     device = resolve_device(ctx.cfg.device)
     worker = Worker(ctx, device)
@@ -91,4 +92,4 @@ def serve(ctx: ProcessContext) -> dict:
             result = worker.execute_model(batch)
         p.release(I.QUEUE_RESULT, result.seq)
         ctx.result_q.put(result)
-    return {"integrity": worker.integrity.as_dict(), "device": device}
+    return WorkerStats(worker.integrity, device)

@@ -21,7 +21,8 @@ pytestmark = pytest.mark.slow
 
 def _run(tmp_path, **kw):
     run_dir = tmp_path / "run"
-    results = run_engine(EngineConfig(requests=REQUESTS, **kw), ProbeConfig(run_dir=str(run_dir)))
+    config = EngineConfig(requests=REQUESTS, **kw)
+    results = run_engine(config, ProbeConfig(run_dir=str(run_dir))).to_json()
     return results, load(run_dir)
 
 

@@ -32,9 +32,9 @@ def main() -> int:
             config, ProbeConfig(run_dir=str(run_dir), resource={S.KV_LOCK: config.kv_lock})
         )
         print(
-            f"{name:<28} {results['tokens_per_s']:7.1f} tok/s  swaps "
-            f"{results['swaps']['to_cpu']}/{results['swaps']['to_gpu']}  integrity mismatches "
-            f"{results['integrity']['mismatches']}"
+            f"{name:<28} {results.tokens_per_s:7.1f} tok/s  swaps "
+            f"{results.swaps.to_cpu}/{results.swaps.to_gpu}  integrity mismatches "
+            f"{results.integrity.mismatches}"
         )
     return 0
 

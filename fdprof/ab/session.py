@@ -216,7 +216,7 @@ def run_ab(
         probe_config = capture.probe_config(run_dir, mode)
         observers, env = capture.observers_and_env(probe_config)
         try:
-            results = run_engine(cfg, probe_config, observers, env=env)
+            results = run_engine(cfg, probe_config, observers, env=env).to_json()
         except FdprofError as exc:
             raise FdprofError(f"run {LABELS[mode]} #{i} ({run_dir}): {exc}") from None
         capture.finish(run_dir)

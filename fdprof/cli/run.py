@@ -58,7 +58,7 @@ def handle(args: argparse.Namespace) -> int:
     probe_config = capture.probe_config(run_dir, config.kv_lock)
     observers, env = capture.observers_and_env(probe_config)
     progress = None if args.json else ProgressBar(sys.stderr, "requests")
-    results = run_engine(config, probe_config, observers, progress, env)
+    results = run_engine(config, probe_config, observers, progress, env).to_json()
     capture.finish(run_dir)
     print(json.dumps(results) if args.json else _summary(results))
     return 0 if results["integrity"]["mismatches"] == 0 or config.fault else 1

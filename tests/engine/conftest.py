@@ -22,7 +22,7 @@ def own_shm() -> list[Path]:
 def run(tmp_path: Path, observers=(), **overrides) -> tuple[dict, Path]:
     run_dir = tmp_path / "run"
     cfg = EngineConfig(**{"requests": 32, "seed": 1, **overrides})
-    results = run_engine(cfg, ProbeConfig(run_dir=str(run_dir)), observers)
+    results = run_engine(cfg, ProbeConfig(run_dir=str(run_dir)), observers).to_json()
     return results, run_dir
 
 

@@ -46,4 +46,4 @@ def test_fingerprint_catches_one_changed_value_and_counts_nan():
     pool[1, 0, 2, 3, 1, 5] += 1e-3
     pool[0, 1, 0, 0, 0, 0] = float("nan")
     assert stats.check(pool, [0, 2], fps) == [0, 2]
-    assert stats.as_dict() == {"blocks_checked": 4, "mismatches": 2, "nan": 1}
+    assert stats.to_json() == {"blocks_checked": 4, "mismatches": 2, "nan": 1}

@@ -1,0 +1,97 @@
+"""What a run produces, as typed data: each process's statistics, the run's results and the
+processes' records in ``run.json``. Every class has one ``to_json`` (the ``--json`` object and
+``run.json`` are made from it); nothing else builds these dicts."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+from engine.cache_manager import SwapStats
+from engine.integrity import IntegrityStats
+
+
+@dataclass(frozen=True)
+class EngineStats:
+    """What an engine process reports when it has served its requests."""
+
+    steps: int
+    step_ns: list[int]
+    generated_tokens: int
+    requests: int
+    swaps: SwapStats
+    #: request id -> generated tokens
+    outputs: dict[int, list[int]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class WorkerStats:
+    """What a worker or a transfer process reports at the end."""
+
+    integrity: IntegrityStats
+    device: str = ""
+
+
+@dataclass(frozen=True)
+class StepLatency:
+    """p50/p90/p99/max of the steps' wall times, ms: one run's spread, the only uncertainty a
+    single run has (run-to-run spread needs repeats: ``fdprof ab``)."""
+
+    p50: float | None = None
+    p90: float | None = None
+    p99: float | None = None
+    max: float | None = None
+
+    @staticmethod
+    def of(step_ns: list[int]) -> StepLatency:
+        if not step_ns:
+            return StepLatency()
+        ms = np.asarray(step_ns, dtype=float) / 1e6
+        p50, p90, p99 = (round(float(v), 3) for v in np.percentile(ms, [50, 90, 99]))
+        return StepLatency(p50, p90, p99, round(float(ms.max()), 3))
+
+    def to_json(self) -> dict[str, float | None]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class RunResults:
+    """One run's results: ``fdprof run --json`` prints :meth:`to_json`, ``run.json`` keeps it."""
+
+    kv_lock: str
+    device: str
+    workload: str
+    seed: int
+    dp: int
+    fault: str | None
+    requests: int
+    generated_tokens: int
+    wall_s: float
+    tokens_per_s: float
+    steps: int
+    step_ms: StepLatency
+    swaps: SwapStats
+    integrity: IntegrityStats
+    trace: str
+
+    def to_json(self) -> dict:
+        out = {k: getattr(self, k) for k in self.__dataclass_fields__}
+        for k in ("step_ms", "swaps", "integrity"):
+            out[k] = out[k].to_json()
+        return out
+
+
+@dataclass(frozen=True)
+class ProcessRecord:
+    """One engine process as ``run.json`` lists it."""
+
+    pid: int
+    role: str
+    name: str
+    dp_rank: int
+    record: str
+    exitcode: int | None = None
+
+    def to_json(self) -> dict:
+        return asdict(self)
