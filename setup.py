@@ -1,7 +1,8 @@
 """C builds of the package: the native recorder, the record framing walk, the NVTX capture library.
 
 Metadata lives in pyproject.toml; this file only declares the C targets. The NVTX v3
-headers come from the ``nvidia-nvtx`` wheel (the ``build`` extra), found at build time.
+headers come from the ``nvidia-nvtx`` wheel (a build requirement in pyproject.toml), found at
+build time.
 """
 
 from __future__ import annotations

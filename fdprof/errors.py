@@ -3,3 +3,24 @@
 
 class FdprofError(Exception):
     """Bad input or configuration, said in one line a user can act on."""
+
+
+#: top-level modules of the optional dependencies -> the extra that installs them
+#: (pyproject.toml): the analyses run without any of them
+EXTRAS = {
+    "torch": "engine",
+    "py_spy": "capture",
+    "nvtx": "capture",
+    "opentelemetry": "otel",
+    "prometheus_client": "otel",
+}
+
+
+def missing_extra(exc: ModuleNotFoundError) -> FdprofError | None:
+    """A one-line error naming the extra to install, for an optional dependency that is not
+    installed; None for any other missing module (a bug, not a configuration)."""
+    root = (exc.name or "").split(".")[0]
+    extra = EXTRAS.get(root)
+    if extra is None:
+        return None
+    return FdprofError(f"needs {root}, which is not installed: pip install 'fdprof[{extra}]'")

@@ -3,8 +3,9 @@
 Every layer speaks these names: the engine's probe handles (``engine/instrument.py``), the
 vLLM adapter, the readers (``fdprof.trace``), the analyses, the reports, the dashboards and the
 OpenTelemetry export. Nothing else spells ``"execute_model"`` or ``"kv.gpu_read"``; a rename
-here is a rename everywhere (as ``fdprof.probe.metric_names`` is for metrics). Plain strings,
-no imports: any module may depend on this one. What each name means is in docs/trace.md.
+here is a rename everywhere (as ``fdprof.probe.metric_names`` is for metrics). Plain strings
+and the functions that build lane names, no imports: any module may depend on this one. What
+each name means is in docs/trace.md.
 """
 
 from __future__ import annotations
@@ -133,9 +134,25 @@ TP_RANK = "fd.tp_rank"
 #: device kinds of device lanes: CUDA streams, and the engine's CPU stream twin
 DEVICE_CUDA, DEVICE_CPU = "cuda", "cpu"
 DEVICE_KINDS = (DEVICE_CUDA, DEVICE_CPU)
+#: a device lane, scoped or not: ``[<pid>/]<kind>:<device>/stream:<stream>``
+DEVICE_LANE_PATTERN = r"^(?:-?\d+/)?(?:cuda|cpu):[^/]*/stream:"
 
 
 def device_lane(pid: int, kind: str, device: int | str, stream: int | str) -> str:
     """The lane of a device stream, scoped by the process that owns it: stream ids are per
     process (and per device), so two processes' stream 7 are two lanes."""
     return f"{pid}/{kind}:{device}/stream:{stream}"
+
+
+def async_lane(pid: int, ident: str) -> str:
+    """The lane of an async (``b``/``e``) slice id of one process."""
+    return f"{pid}/async:{ident}"
+
+
+def scoped_lane(pid: int, lane: str) -> str:
+    """``lane`` scoped by ``pid`` if it is a device lane without a process (``cuda:0/stream:7``
+    as an ``fd.lane`` written by hand or by an older fdprof); any other lane as it is."""
+    kind, sep, _ = lane.partition(":")
+    if sep and kind in DEVICE_KINDS and "/stream:" in lane:
+        return f"{pid}/{lane}"
+    return lane

@@ -7,6 +7,7 @@ the engine's processes need.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -37,10 +38,9 @@ class CapturePlan:
         """Observers the supervisor runs beside the engine, and env vars for its children."""
         from fdprof.capture.nvtx import injection_env
         from fdprof.capture.pyspy import PySpyObserver
-        from fdprof.probe.otel_export import observers_for
 
         run_dir = Path(probe_config.run_dir)
-        observers = list(observers_for(probe_config))
+        observers = _otel_observers(probe_config)
         if self.py_spy:
             observers.append(PySpyObserver(run_dir))
         return observers, (injection_env(run_dir) if self.nvtx else {})
@@ -50,3 +50,16 @@ class CapturePlan:
             from fdprof.capture.nvtx import trim
 
             trim(run_dir)
+
+
+def _otel_observers(probe_config: ProbeConfig) -> list:
+    """The OpenTelemetry observers, from the ``otel`` extra: a run that asks for none (no
+    endpoint, no metrics port, no ``OTEL_EXPORTER_OTLP_*``) runs without the extra installed."""
+    try:
+        from fdprof.probe.otel_export import observers_for
+    except ModuleNotFoundError:
+        asked = probe_config.otlp_endpoint or probe_config.metrics_port is not None
+        if asked or any(k.startswith("OTEL_EXPORTER_OTLP") for k in os.environ):
+            raise
+        return []
+    return list(observers_for(probe_config))

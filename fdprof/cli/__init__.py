@@ -12,7 +12,7 @@ import signal
 import sys
 from pathlib import Path
 
-from fdprof.errors import FdprofError
+from fdprof.errors import FdprofError, missing_extra
 from fdprof.trace import Trace, load
 
 
@@ -57,6 +57,12 @@ def main(argv: list[str] | None = None) -> int:
         return int(args.func(args) or 0)
     except FdprofError as exc:
         print(f"fdprof {args.command}: {exc}", file=sys.stderr)
+        return 2
+    except ModuleNotFoundError as exc:  # an extra not installed (the engine without torch)
+        error = missing_extra(exc)
+        if error is None:
+            raise
+        print(f"fdprof {args.command}: {error}", file=sys.stderr)
         return 2
     except BrokenPipeError:  # the reader went away (| head): stop quietly, as a shell tool does
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import warnings
 
 from fdprof.capture.plan import CapturePlan
@@ -55,6 +56,9 @@ def engine_config(args: argparse.Namespace, kv_lock: str | None = None):
     """The EngineConfig of parsed options; ``kv_lock`` overrides ``--kv-lock`` (``ab`` sets it
     per run). A deprecated setting is reported on stderr, once."""
     from engine.config import DeprecatedSetting, EngineConfig, resolve_kv_lock
+
+    if importlib.util.find_spec("torch") is None:  # before any process starts
+        raise ModuleNotFoundError("the engine runs its model on torch", name="torch")
 
     if kv_lock is None:
         with warnings.catch_warnings(record=True) as caught:

@@ -28,7 +28,8 @@ def assemble(
 
     ``spans`` has every span column but ``step`` (derived here); ``role`` is the default used
     where ``fd.role`` is absent, ``lane`` (optional, None per row) where ``fd.lane`` is absent,
-    and the host thread ``"<pid>/<tid>"`` where both are. ``syncs`` has every sync column; a
+    and the host thread ``"<pid>/<tid>"`` where both are; device lanes that name no process
+    are scoped by the span's (docs/trace.md "Lanes"). ``syncs`` has every sync column; a
     ``lane`` entry that is None means the owning span's ``fd.lane``, else the host thread.
     """
     n = len(spans["span_id"])
@@ -38,6 +39,7 @@ def assemble(
     cols["step"] = np.full(n, -1, dtype=np.int64)
     spans_df = frame("spans", cols)
     C.span_columns(spans_df, attrs)
+    spans_df["lane"] = C.scope_lanes(spans_df["lane"], cols["pid"])
     trace.spans = spans_df
     trace.attrs = attrs
     trace.accesses = C.accesses_from_attrs(attrs)
@@ -50,10 +52,10 @@ def _sync_lanes(syncs: dict[str, Any], attrs: Attrs) -> np.ndarray:
     lane = np.asarray(syncs.get("lane", np.full(len(syncs["op"]), None)), dtype=object)
     unset = np.equal(lane, None)
     if not unset.any():
-        return lane
+        return C.scope_lanes(lane, syncs["pid"])
     fallback = C.thread_lanes(syncs["pid"], syncs["tid"])
     overrides = C.override_lanes(attrs)
     if len(overrides):
         pos = pd.Index(overrides.index).get_indexer(np.asarray(syncs["span_id"], dtype=np.int64))
         fallback = np.where(pos >= 0, overrides.to_numpy(object)[pos], fallback)
-    return np.where(unset, fallback, lane)
+    return C.scope_lanes(np.where(unset, fallback, lane), syncs["pid"])

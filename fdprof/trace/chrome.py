@@ -3,11 +3,13 @@
 Phases: ``X`` complete, ``B``/``E`` nested per thread, ``b``/``e`` async by (cat, id) on a lane
 of their own, ``i``/``I``/``n``/``R`` instants (zero-length spans, or sync events when their
 args carry ``sync.op``/``sync.obj``), ``s``/``t``/``f`` flows (sync edges: the start releases,
-the end acquires object ``flow:<cat>`` with the flow id as sequence), ``M`` process and thread
-names, ``C`` counters (``meta["counters"]``). Timestamps are microseconds, read exactly (no
+the end acquires object ``flow:<cat>`` with the flow id as sequence, each bound to a slice as
+Chrome and Perfetto bind them, see :func:`_bind_flows`), ``M`` process and thread names, ``C``
+counters (``meta["counters"]``). Timestamps are microseconds, read exactly (no
 float rounding) into nanoseconds. ``args`` become typed attributes (:mod:`fdprof.trace.attrs`),
 ``cat`` the ``chrome.cat`` attribute. GPU work of PyTorch traces (categories in
-:data:`DEVICE_CATS`) gets the lane ``cuda:<device>/stream:<stream>``.
+:data:`DEVICE_CATS`) gets the lane ``<pid>/cuda:<device>/stream:<stream>`` of the host process
+that owns the device (:func:`_device_owners`).
 
 The ``fd.*`` args that :mod:`fdprof.trace.perfetto` writes (span ids, true thread, trace id)
 restore the columns exactly, so native → Chrome → model loses nothing.
@@ -47,6 +49,11 @@ CAT_ATTR = "chrome.cat"
 
 _INSTANTS = frozenset("iInR")
 _FLOWS = {"s": ("release",), "t": ("acquire", "release"), "f": ("acquire",)}
+#: prefix of the sync objects flows become (``flow:<cat>``)
+FLOW_OBJ = "flow:"
+#: how a sync row is bound to a slice: not at all (its lane is given), to the slice enclosing
+#: it on its track, or to the next slice to begin on it (a flow end without ``"bp":"e"``)
+UNBOUND, ENCLOSING, NEXT = 0, 1, 2
 
 
 def sniff(path: Path, head: bytes) -> bool:
@@ -100,6 +107,9 @@ class _Builder:
         self.auto = 0
         self.ignored: Counter[str] = Counter()
         self.unmatched_ends = 0
+        #: pids of GPU work (a PyTorch trace's device "processes") and of everything else
+        self.device_pids: set[int] = set()
+        self.host_pids: set[int] = set()
 
     def ident(self, value: Any) -> int:
         """A pid or tid as int; names ("Traces", "") get stable negative ids."""
@@ -160,9 +170,11 @@ class _Builder:
         intern = self.names.setdefault
         lanes = [
             a.pop(SPAN_LANE, None)
-            or (f"cuda:{p}/stream:{t}" if lane is None and c in DEVICE_CATS else lane)
+            or (_device_lane(a, p, t) if lane is None and c in DEVICE_CATS else lane)
             for a, lane, c, p, t in zip(args, lanes, cats, pid, tid, strict=True)
         ]
+        for c, p in zip(cats, pid, strict=True):
+            (self.device_pids if c in DEVICE_CATS else self.host_pids).add(p)
         lanes = [lane if lane is None else intern(lane, lane) for lane in lanes]
         cols = self.cols
         cols["span_id"].append(np.array(sids, dtype=np.int64))
@@ -193,8 +205,11 @@ class _Builder:
         for key, (ids, values) in by_key.items():
             self.attrs.add_values(key, ids, values)
 
-    def add_sync(self, op: str, obj: str, seq: int, ev: dict, span: int, lane: Any) -> None:
+    def add_sync(
+        self, op: str, obj: str, seq: int, ev: dict, span: int, lane: Any, bind: int = UNBOUND
+    ) -> None:
         s = self.sync
+        s["bind"].append(bind)
         args = ev.get("args") or {}
         s["op"].append(op)
         s["obj"].append(self.names.setdefault(obj, obj))
@@ -228,7 +243,7 @@ class _Builder:
             pid = self.ident(ev.get("pid"))
             key = (pid, ev.get("cat"), str(ev.get("id", ev.get("id2"))))
             if ph == "b":
-                self.open(key, ev, f"{pid}/async:{key[2]}")
+                self.open(key, ev, S.async_lane(pid, key[2]))
             else:
                 self.close(key, ev)
         elif ph in _INSTANTS:
@@ -242,8 +257,13 @@ class _Builder:
             if seq is None:
                 seq = ids[flow] = self.flows
                 self.flows += 1
+            args = ev.get("args") or {}
+            span = args.get(SYNC_SPAN, 0)
+            if type(span) is not int:
+                raise TypeError(f"{SYNC_SPAN} should be an integer")
+            bind = NEXT if ph == "f" and ev.get("bp") != "e" else ENCLOSING
             for op in _FLOWS[ph]:
-                self.add_sync(op, f"flow:{cat or ''}", seq, ev, 0, None)
+                self.add_sync(op, f"{FLOW_OBJ}{cat or ''}", seq, ev, span, None, bind)
         elif ph == "M":
             self.metadata(ev)
         elif ph == "C":
@@ -291,7 +311,7 @@ _SPAN_COLS = (
     "lane",
     "role",
 )
-_SYNC_COLS = ("op", "obj", "seq", "time", "pid", "tid", "lane", "span_id")
+_SYNC_COLS = ("op", "obj", "seq", "time", "pid", "tid", "lane", "span_id", "bind")
 BATCH = 1 << 14
 
 
@@ -339,6 +359,132 @@ def _roles(given: np.ndarray, pids: np.ndarray, role_of: dict[int, str]) -> np.n
     return np.where(np.equal(given, None), pd.Series(pids).map(role_of).to_numpy(object), given)
 
 
+def _device_lane(args: dict, pid: int, tid: int) -> str:
+    """A PyTorch GPU event's stream, not yet scoped by process: the ``device`` and ``stream``
+    args where Kineto gives them, else the event's pid and tid (which it sets to them)."""
+    device, stream = args.get("device"), args.get("stream")
+    return (f"{S.DEVICE_CUDA}:{device if type(device) is int else pid}"
+            f"/stream:{stream if type(stream) is int else tid}")  # fmt: skip
+
+
+def _device_owners(b: _Builder, syncs: dict[str, np.ndarray], pids: np.ndarray) -> dict[int, int]:
+    """Device pid -> the host process whose streams they are. A PyTorch trace gives each GPU
+    a "process" of its own (pid = device index), so the device's lanes are scoped by the one
+    host process of the trace; with several, by the process whose flows launch onto it (the
+    most flow starts); else by the device pid itself."""
+    devices = sorted(b.device_pids)
+    hosts = sorted(p for p in b.host_pids - b.device_pids if p >= 0)
+    if not devices:
+        return {}
+    if len(hosts) == 1:
+        return dict.fromkeys(devices, hosts[0])
+    flows = syncs["bind"] != UNBOUND
+    if not flows.any():
+        return {}
+    f = pd.DataFrame({"op": syncs["op"][flows], "obj": syncs["obj"][flows],
+                      "seq": syncs["seq"][flows], "pid": syncs["pid"][flows]})  # fmt: skip
+    rel = f[f["op"] == "release"].drop_duplicates(["obj", "seq"])
+    acq = f[(f["op"] == "acquire") & f["pid"].isin(devices)]
+    pairs = acq.merge(rel, on=["obj", "seq"], suffixes=("_dev", "_host"))
+    pairs = pairs[pairs["pid_host"].isin(hosts)]
+    if pairs.empty:
+        return {}
+    top = pairs.groupby("pid_dev")["pid_host"].agg(lambda v: v.value_counts().index[0])
+    return {int(k): int(v) for k, v in top.items()}
+
+
+def _bind_flows(spans: dict[str, np.ndarray], syncs: dict[str, np.ndarray]) -> int:
+    """Flow events bound to slices as Chrome and Perfetto bind them, in place; returns how many
+    were dropped for lacking the other end of their flow (nothing to order).
+
+    A flow start or step binds to the slice enclosing it on its track, an end with
+    ``"bp":"e"`` too, any other end to the next slice to begin on the track (one the fdprof
+    writer names by ``sync.span`` is that span). A bound event takes the slice's lane; an
+    acquire bound to a slice on a lane of its own (a device stream, an async track) moves to
+    the slice's start, the slice being one piece of work the flow started: the ``ac2g`` flow
+    from ``cudaLaunchKernel`` to its kernel orders the kernel after the launch. On a host
+    thread program order is time order, so an acquire stays at its time there, as does an
+    event no slice holds."""
+    bind = syncs.pop("bind")
+    flows = np.flatnonzero(bind != UNBOUND)
+    if not len(flows):
+        return 0
+    is_acq = syncs["op"][flows] == "acquire"
+    pairs = pd.DataFrame({"obj": syncs["obj"][flows], "seq": syncs["seq"][flows],
+                          "acq": is_acq})  # fmt: skip
+    ends = pairs.groupby(["obj", "seq"])["acq"].transform("nunique").to_numpy()
+    if (ends < 2).any():
+        keep = np.ones(len(bind), dtype=bool)
+        keep[flows[ends < 2]] = False
+        for key in syncs:
+            syncs[key] = syncs[key][keep]
+        bind = bind[keep]
+        flows = np.flatnonzero(bind != UNBOUND)
+        is_acq = syncs["op"][flows] == "acquire"
+    row = _bound_slices(spans, syncs, flows, bind[flows])
+    bound = row >= 0
+    at, rows = flows[bound], row[bound]
+    syncs["lane"][at] = spans["lane"][rows]
+    syncs["span_id"][at] = spans["span_id"][rows]
+    own_lane = np.equal(spans["lane"][np.maximum(row, 0)], None)
+    acquires = bound & is_acq & ~own_lane
+    syncs["time"][flows[acquires]] = spans["start"][row[acquires]]
+    return int((ends < 2).sum())
+
+
+def _bound_slices(
+    spans: dict[str, np.ndarray], syncs: dict[str, np.ndarray], flows: np.ndarray, how: np.ndarray
+) -> np.ndarray:
+    """The span row each flow event binds to (-1: none); see :func:`_bind_flows`."""
+    out = np.full(len(flows), -1, dtype=np.int64)
+    named = syncs["span_id"][flows]
+    by_id = pd.Index(spans["span_id"]).get_indexer(named)
+    out[(named != 0) & (by_id >= 0)] = by_id[(named != 0) & (by_id >= 0)]
+    todo = np.flatnonzero(out < 0)
+    if not len(todo) or not len(spans["start"]):
+        return out
+    # one key per (pid, tid) track, one rank per instant: (track, time) as one sortable int
+    pid = np.concatenate([spans["pid"], syncs["pid"][flows[todo]]])
+    tid = np.concatenate([spans["tid"], syncs["tid"][flows[todo]]])
+    track = np.unique(np.column_stack([pid, tid]), axis=0, return_inverse=True)[1].ravel()
+    times, rank = np.unique(
+        np.concatenate([spans["start"], syncs["time"][flows[todo]]]), return_inverse=True
+    )
+    key = track.astype(np.int64) * (len(times) + 1) + rank.ravel()
+    n = len(spans["start"])
+    span_key, flow_key, flow_track = key[:n], key[n:], track[n:]
+    order = np.argsort(span_key, kind="stable")
+    sorted_key = span_key[order]
+    ts = syncs["time"][flows[todo]]
+    end = np.where(spans["end"] < 0, np.iinfo(np.int64).max, spans["end"])
+    nxt = how[todo] == NEXT
+    # next: the first slice of the track at or after the event
+    at = np.searchsorted(sorted_key, flow_key[nxt], "left")
+    ok = at < n
+    cand = order[np.minimum(at, n - 1)]
+    ok &= track[cand] == flow_track[nxt]
+    out[todo[nxt][ok]] = cand[ok]
+    # enclosing: the last slice of the track begun at or before it that still runs (parents
+    # of a slice that ended first are a few rows further back)
+    enc = np.flatnonzero(~nxt)
+    at = np.searchsorted(sorted_key, flow_key[enc], "right") - 1
+    for _ in range(_ENCLOSING_DEPTH):
+        if not len(enc):
+            break
+        valid = at >= 0
+        cand = order[np.maximum(at, 0)]
+        valid &= track[cand] == flow_track[enc]
+        hit = valid & (end[cand] >= ts[enc])
+        out[todo[enc[hit]]] = cand[hit]
+        retry = valid & ~hit
+        enc, at = enc[retry], at[retry] - 1
+    return out
+
+
+#: how many earlier slices of a track are tried for one enclosing a flow event
+_ENCLOSING_DEPTH = 32
+
+
 def _finish(trace: Trace, b: _Builder) -> Trace:
     b.flow_ids.clear()  # the stream is read: no flow needs its sequence number any more
     b.stacks.clear()
@@ -384,6 +530,12 @@ def _finish(trace: Trace, b: _Builder) -> Trace:
         "trace_id": cat("trace_id", object),
         "lane": cat("lane", object),
     }
+    owners = _device_owners(b, syncs, pids)
+    spans["lane"] = C.scope_lanes(spans["lane"], pd.Series(pids).map(owners).fillna(
+        pd.Series(pids)).to_numpy(np.int64))  # fmt: skip
+    unpaired = _bind_flows(spans, syncs)
+    if unpaired:
+        trace.warn(f"{unpaired} flow event(s) without the other end of their flow were ignored")
     processes = {
         "pid": procs,
         "role": [role_of[p] for p in procs],

@@ -189,6 +189,28 @@ def accesses_from_attrs(attrs: Attrs) -> pd.DataFrame:
     )
 
 
+def scope_lanes(lanes: Any, pids: np.ndarray) -> Any:
+    """Device lanes that name no process (``cuda:0/stream:7`` from an ``fd.lane``) scoped by
+    the row's pid (:func:`fdprof.semconv.scoped_lane`), each distinct (pid, lane) formatted
+    once; ``lanes`` (a Series or an object array) itself when none is unscoped."""
+    if not len(lanes):
+        return lanes
+    codes, uniques = pd.factorize(lanes)
+    unscoped = np.array([S.scoped_lane(0, u) != u for u in list(uniques)] + [False], dtype=bool)
+    rows = np.flatnonzero(unscoped[codes])  # code -1 (None) reads the last, False
+    if not len(rows):
+        return lanes
+    pid = np.asarray(pids, dtype=np.int64)[rows]
+    pairs, inverse = np.unique(np.column_stack([pid, codes[rows]]), axis=0, return_inverse=True)
+    texts = np.array([S.scoped_lane(p, uniques[c]) for p, c in pairs.tolist()], dtype=object)
+    out = lanes.copy()
+    if isinstance(out, pd.Series):
+        out.iloc[rows] = texts[inverse.ravel()]
+    else:
+        out[rows] = texts[inverse.ravel()]
+    return out
+
+
 def thread_lanes(pids: np.ndarray, tids: np.ndarray) -> np.ndarray:
     """``"<pid>/<tid>"`` per row, formatted once per distinct thread."""
     pids = np.asarray(pids, dtype=np.int64)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from fdprof import semconv as S
 from fdprof.errors import FdprofError
 from fdprof.trace import attrs as A
 from fdprof.trace.assemble import assemble
@@ -90,7 +91,7 @@ def join(profile: Trace, run: Trace) -> Trace:
     span_cols = {c: spans[c].to_numpy() for c in spans.columns if c not in ("lane", "step")}
     span_cols["lane"] = np.full(len(spans), None, dtype=object)
     span_cols["trace_id"] = spans["trace_id"].to_numpy(object, na_value=None)
-    is_device = spans["lane"].str.startswith("cuda:").fillna(False).to_numpy()
+    is_device = spans["lane"].str.contains(S.DEVICE_LANE_PATTERN).fillna(False).to_numpy()
     span_cols["lane"][is_device] = spans["lane"].to_numpy(object)[is_device]
     assemble(
         trace,

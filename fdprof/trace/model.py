@@ -4,7 +4,7 @@ whatever the source.
 Every reader produces a :class:`Trace`; every analysis takes one. Times are int64
 nanoseconds on one timebase (the run's epoch when clock anchors are known). A *lane* is
 where program order holds: a host thread (``"<pid>/<tid>"``) or a device stream
-(``"cuda:0/stream:7"``, via the ``fd.lane`` attribute).
+(``"<pid>/cuda:0/stream:7"``, docs/trace.md "Lanes").
 
 Ordering semantics used by the analyses: an access of span S on lane L happens after every
 acquire on L at or before ``S.start`` and before every release on L at or after ``S.end``.

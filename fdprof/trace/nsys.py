@@ -10,9 +10,11 @@ What becomes what:
   range gets end = -1); marks → zero-length spans. Domain and category names, and the payload,
   become the ``nvtx.domain``, ``nvtx.category`` and ``nvtx.payload`` attributes. The probe puts
   the span id in the int64 payload, which is how :mod:`fdprof.trace.join` matches native spans.
-- CUDA kernels, memcpys and memsets → spans on device lanes ``cuda:<device>/stream:<stream>``;
-  each CUDA runtime call that launched one releases ``cuda:launch`` (sequence: the
-  correlation id) and the device work acquires it, so launch order is a happens-before edge.
+- CUDA kernels, memcpys and memsets → spans on device lanes
+  ``<pid>/cuda:<device>/stream:<stream>`` (the process from ``globalPid``);
+  each CUDA runtime call that launched one releases ``cuda:launch/<pid>`` (sequence: the
+  correlation id, which is per process) and the device work acquires it, so launch order is a
+  happens-before edge.
 - Times are nanoseconds from the session start; ``TARGET_INFO_SESSION_START_TIME`` anchors them
   to the epoch (otherwise processes are marked unanchored and a warning says so).
 """
@@ -25,6 +27,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from fdprof import semconv as S
 from fdprof.errors import FdprofError
 from fdprof.trace.assemble import assemble
 from fdprof.trace.attrs import AttrsBuilder
@@ -235,7 +238,8 @@ def _device(export: _Export, strings: dict[int, str], rows: _Rows) -> pd.DataFra
         else:
             names = pd.Series([what] * len(df))
         pid, _ = global_tid(df["globalPid"])
-        device = df["deviceId"].to_numpy(np.int64)
+        lanes = _device_lanes(pid, df["deviceId"].to_numpy(np.int64),
+                              df["streamId"].to_numpy(np.int64))  # fmt: skip
         stream = df["streamId"].to_numpy(np.int64)
         ids = rows.add_spans(
             {
@@ -244,10 +248,7 @@ def _device(export: _Export, strings: dict[int, str], rows: _Rows) -> pd.DataFra
                 "end": df["end"].fillna(-1).to_numpy(np.int64),
                 "pid": pid,
                 "tid": stream,
-                "lane": np.array(
-                    [f"cuda:{d}/stream:{s}" for d, s in zip(device, stream, strict=True)],
-                    dtype=object,
-                ),
+                "lane": lanes,
             }
         )
         rows.add_attr(ids, "cuda.kind", pd.Series([what] * len(df)))
@@ -262,51 +263,58 @@ def _device(export: _Export, strings: dict[int, str], rows: _Rows) -> pd.DataFra
                         "time": df["start"].to_numpy(np.int64),
                         "pid": pid,
                         "tid": stream,
-                        "lane": [
-                            f"cuda:{d}/stream:{s}" for d, s in zip(device, stream, strict=True)
-                        ],
+                        "lane": lanes,
                     }
                 )
             )
     return pd.concat(parts, ignore_index=True) if parts else None
 
 
+def _device_lanes(pid: np.ndarray, device: np.ndarray, stream: np.ndarray) -> np.ndarray:
+    """Each row's device lane, scoped by its process: Nsight's stream ids are per context
+    (each process has its own on each device), so two processes' stream 7 are two lanes."""
+    keys, inverse = np.unique(np.column_stack([pid, device, stream]), axis=0, return_inverse=True)
+    names = [S.device_lane(p, S.DEVICE_CUDA, d, s) for p, d, s in keys.tolist()]
+    return np.array(names, dtype=object)[inverse.ravel()]
+
+
 def _launches(export: _Export, launched: pd.DataFrame, rows: _Rows) -> None:
-    """``cuda:launch`` edges from each runtime call to the device work it launched."""
+    """``cuda:launch/<pid>`` edges from each runtime call to the device work it launched.
+    Correlation ids are per process, so the object is too: two processes' call 5 are two
+    edges."""
     table = "CUPTI_ACTIVITY_KIND_RUNTIME"
     if table not in export.tables or {"start", "globalTid", "correlationId"} - export.columns(
         table
     ):
         return
     calls = export.query(f"SELECT start, globalTid, correlationId FROM {table}")
-    calls = calls[calls["correlationId"].isin(launched["correlationId"])]
     pid, tid = global_tid(calls["globalTid"])
-    seq = calls["correlationId"].to_numpy(np.int64)
-    rows.syncs.append(
-        {
-            "op": np.full(len(calls), "release", dtype=object),
-            "obj": np.full(len(calls), LAUNCH, dtype=object),
-            "seq": seq,
-            "time": calls["start"].to_numpy(np.int64),
-            "pid": pid,
-            "tid": tid,
-            "lane": np.full(len(calls), None, dtype=object),
-            "span_id": np.zeros(len(calls), dtype=np.int64),
-        }
-    )
-    got = launched[launched["correlationId"].isin(calls["correlationId"])]
-    rows.syncs.append(
-        {
-            "op": np.full(len(got), "acquire", dtype=object),
-            "obj": np.full(len(got), LAUNCH, dtype=object),
-            "seq": got["correlationId"].to_numpy(np.int64),
-            "time": got["time"].to_numpy(np.int64),
-            "pid": got["pid"].to_numpy(np.int64),
-            "tid": got["tid"].to_numpy(np.int64),
-            "lane": got["lane"].to_numpy(object),
-            "span_id": got["span_id"].to_numpy(np.int64),
-        }
-    )
+    correlation = calls["correlationId"].fillna(-1).to_numpy(np.int64)
+    time = calls["start"].to_numpy(np.int64)
+    calls = pd.DataFrame({"pid": pid, "tid": tid, "correlationId": correlation, "time": time})
+    keys = ["pid", "correlationId"]
+    calls = calls.merge(launched[keys].drop_duplicates(), on=keys)
+    got = launched.merge(calls[keys].drop_duplicates(), on=keys)
+    ends = ((calls, "release", None, None), (got, "acquire", "lane", "span_id"))
+    for part, op, lane, span in ends:
+        rows.syncs.append(
+            {
+                "op": np.full(len(part), op, dtype=object),
+                "obj": launch_objects(part["pid"].to_numpy(np.int64)),
+                "seq": part["correlationId"].to_numpy(np.int64),
+                "time": part["time"].to_numpy(np.int64),
+                "pid": part["pid"].to_numpy(np.int64),
+                "tid": part["tid"].to_numpy(np.int64),
+                "lane": part[lane].to_numpy(object) if lane else np.full(len(part), None, object),
+                "span_id": part[span].to_numpy(np.int64) if span else np.zeros(len(part), np.int64),
+            }
+        )
+
+
+def launch_objects(pids: np.ndarray) -> np.ndarray:
+    """The launch-edge object of each row's process, ``cuda:launch/<pid>``."""
+    uniques, inverse = np.unique(pids, return_inverse=True)
+    return np.array([f"{LAUNCH}/{p}" for p in uniques.tolist()], dtype=object)[inverse.ravel()]
 
 
 def _processes(export: _Export, rows: _Rows) -> dict[int, str]:

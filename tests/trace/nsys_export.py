@@ -49,3 +49,56 @@ def build_export(path, events, *, enum=True, meta_table="META_DATA_EXPORT", stri
     db.commit()
     db.close()
     return path
+
+
+#: CUDA tables as the export schema documents them (nsys 2025.1, schema 3.17: the columns of
+#: ``NVIDIA__Fuser__report1.sqlite``), without the columns the reader ignores
+CUDA_TABLES = {
+    "CUPTI_ACTIVITY_KIND_KERNEL": "start INTEGER NOT NULL, end INTEGER NOT NULL, deviceId "
+    "INTEGER NOT NULL, contextId INTEGER NOT NULL, streamId INTEGER NOT NULL, correlationId "
+    "INTEGER, globalPid INTEGER, demangledName INTEGER NOT NULL, shortName INTEGER NOT NULL, "
+    "mangledName INTEGER, gridX INTEGER, blockX INTEGER",
+    "CUPTI_ACTIVITY_KIND_MEMCPY": "start INTEGER NOT NULL, end INTEGER NOT NULL, deviceId "
+    "INTEGER NOT NULL, contextId INTEGER NOT NULL, streamId INTEGER NOT NULL, correlationId "
+    "INTEGER, globalPid INTEGER, bytes INTEGER NOT NULL, copyKind INTEGER NOT NULL, srcKind "
+    "INTEGER, dstKind INTEGER",
+    "CUPTI_ACTIVITY_KIND_MEMSET": "start INTEGER NOT NULL, end INTEGER NOT NULL, deviceId "
+    "INTEGER NOT NULL, contextId INTEGER NOT NULL, streamId INTEGER NOT NULL, correlationId "
+    "INTEGER, globalPid INTEGER, value INTEGER NOT NULL, bytes INTEGER NOT NULL, memKind INTEGER",
+    "CUPTI_ACTIVITY_KIND_RUNTIME": "start INTEGER NOT NULL, end INTEGER NOT NULL, eventClass "
+    "INTEGER NOT NULL, globalTid INTEGER, correlationId INTEGER, nameId INTEGER NOT NULL, "
+    "returnValue INTEGER NOT NULL, callchainId INTEGER",
+    "OSRT_API": "start INTEGER NOT NULL, end INTEGER NOT NULL, eventClass INTEGER NOT NULL, "
+    "globalTid INTEGER, nameId INTEGER NOT NULL, returnValue INTEGER NOT NULL, nestingLevel "
+    "INTEGER, callchainId INTEGER",
+    "ENUM_CUDA_MEMCPY_OPER": "id INTEGER PRIMARY KEY, name TEXT NOT NULL, label TEXT",
+}
+MEMCPY_KINDS = [(0, "CUDA_MEMCPY_KIND_UNKNOWN", "Unknown"), (1, "CUDA_MEMCPY_KIND_HTOD",
+                "Host-to-Device"), (2, "CUDA_MEMCPY_KIND_DTOH", "Device-to-Host"),
+                (8, "CUDA_MEMCPY_KIND_DTOD", "Device-to-Device"),
+                (10, "CUDA_MEMCPY_KIND_PTOP", "Peer-to-Peer")]  # fmt: skip
+
+
+def gpid(pid):
+    return (1 << 48) | (pid << 24)
+
+
+def add_cuda(path, tables, strings=None, memcpy_enum=True):
+    """Add CUDA tables to an export: ``tables`` maps a table name to row dicts; ``strings``
+    the StringIds the rows' name columns refer to."""
+    db = sqlite3.connect(path)
+    for name, rows in tables.items():
+        db.execute(f"CREATE TABLE IF NOT EXISTS {name} ({CUDA_TABLES[name]})")
+        for row in rows:
+            db.execute(
+                f"INSERT INTO {name} ({', '.join(row)}) VALUES ({', '.join('?' * len(row))})",
+                tuple(row.values()),
+            )
+    if memcpy_enum:
+        db.execute(f"CREATE TABLE ENUM_CUDA_MEMCPY_OPER ({CUDA_TABLES['ENUM_CUDA_MEMCPY_OPER']})")
+        db.executemany("INSERT INTO ENUM_CUDA_MEMCPY_OPER VALUES (?, ?, ?)", MEMCPY_KINDS)
+    for sid, value in (strings or {}).items():
+        db.execute("INSERT INTO StringIds VALUES (?, ?)", (sid, value))
+    db.commit()
+    db.close()
+    return path
