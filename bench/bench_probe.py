@@ -43,6 +43,8 @@ def micro(mode: str, out_dir: str) -> float:
         return _otel_sdk()
     if mode == "nvtx-package":
         return _nvtx_package()
+    if mode.startswith("device"):
+        return _device(mode, out_dir)
     from fdprof import probe
 
     config = probe.ProbeConfig(run_dir=None if mode == "noop" else out_dir, nvtx="nvtx" in mode)
@@ -65,6 +67,46 @@ def micro(mode: str, out_dir: str) -> float:
             p.end(sid)
 
     result = _best_ns_per_span(begin_end_round if mode.endswith("begin-end") else ctx_round)
+    probe.shutdown()
+    return result
+
+
+def _device(mode: str, out_dir: str) -> float:
+    """ns per device span: a no-op launched on a CPU-twin stream and run by its thread, with
+    the probe off (``device-off``) or recording (``device-on``); or the probe's own calls for
+    one device span (the host's launch record, the stream's span, lane and launch acquire),
+    without a stream (``device-probe``)."""
+    from engine.device import CpuDevice
+    from fdprof import probe
+    from fdprof.probe.device import StreamProbe
+
+    p = probe.configure(probe.ProbeConfig(run_dir=None if mode == "device-off" else out_dir),
+                        "worker")  # fmt: skip
+    name = probe.name("kernel", "device")
+    if mode == "device-probe":
+        sp = StreamProbe(p, "1/cpu:0/stream:1")
+
+        def one_round():
+            for _ in range(SPANS):
+                sid, seq = sp.launched()
+                t = time.monotonic_ns()
+                sp.ran(name, sid, 0, seq, t, t)
+
+    else:
+        dev = CpuDevice()
+        stream = dev.stream()
+
+        def nothing():
+            pass
+
+        def one_round():
+            for _ in range(SPANS):
+                stream.launch(name, nothing)
+            stream.synchronize()
+
+    result = _best_ns_per_span(one_round)
+    if mode != "device-probe":
+        dev.close()
     probe.shutdown()
     return result
 
@@ -177,6 +219,19 @@ def main() -> None:
     for label, ns in results.items():
         vs = f"x{ns / base:6.2f} of recorder C   OTel SDK / this {otel / ns:6.1f}"
         print(f"{label:40s} {ns:9.0f} ns   {vs}")
+    device_rows = [
+        ("CPU-twin launch + run, probe off", "device-off", c),
+        ("CPU-twin launch + run, recorder C", "device-on", c),
+        ("probe calls of one device span, C", "device-probe", c),
+        ("probe calls of one device span, Python", "device-probe", py),
+    ]
+    print(f"\n== CPU ns per device span (no-op work; best of {REPEATS} x {SPANS:,})")
+    device = {label: _child(mode, env) for label, mode, env in device_rows}
+    off = device["CPU-twin launch + run, probe off"]
+    for label, ns in device.items():
+        print(f"{label:40s} {ns:9.0f} ns   x{ns / off:5.2f} of the probe-off launch")
+    on = device["CPU-twin launch + run, recorder C"]
+    print(f"{'probe cost per device span (on - off)':40s} {on - off:9.0f} ns")
     if args.skip_engine:
         return
 

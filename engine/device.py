@@ -21,24 +21,35 @@ after everything before the event's most recent ``record`` *at the time of the w
 and ``Stream.synchronize`` return to the host after that work. Nothing else is: two streams
 without an event between them run concurrently (they really overlap on the CPU twin).
 
+Every item is recorded through :class:`fdprof.probe.device.StreamProbe` (its span on the
+stream's lane with the interval it really ran, and the launch/event edges), when the process's
+probe records. A device takes the probe current when it is made: make it after
+``probe.configure``.
+
 A failure inside launched work does not raise at ``launch`` (the host has moved on, as with a
 CUDA error): the CPU twin keeps the first exception and raises :class:`DeviceError` from the
-next synchronisation of that stream or an event recorded after it.
+next synchronisation of that stream or an event recorded after it; CUDA raises torch's own
+error there.
 """
 
 from __future__ import annotations
 
+import collections
 import itertools
 import os
 import queue
 import threading
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from typing import Any
 
 import torch
 
+from fdprof import probe as fdprobe
 from fdprof import semconv as S
+from fdprof.probe.api import Name, Probe
+from fdprof.probe.device import StreamProbe, event_object
 
 
 class DeviceError(RuntimeError):
@@ -46,26 +57,63 @@ class DeviceError(RuntimeError):
 
 
 class Event(ABC):
-    """A marker recorded on a stream; complete once the stream has run everything before it."""
+    """A marker recorded on a stream; complete once the stream has run everything before it.
+    Its records are counted on the host (``generation``): a wait is for the record made before
+    it, and the probe pairs each wait with that record."""
 
-    @abstractmethod
+    def __init__(self, probe: Probe) -> None:
+        self.obj = event_object()
+        self._probe = probe
+        self._lock = threading.Lock()
+        self._recorded = 0
+
+    def _next_record(self) -> int:
+        with self._lock:
+            self._recorded += 1
+            return self._recorded
+
+    @property
+    def generation(self) -> int:
+        """How many times it has been recorded (0: never; it is then complete)."""
+        return self._recorded
+
     def synchronize(self) -> None:
         """Block the host until the most recent record has completed."""
+        generation = self._recorded
+        if generation:
+            self._host_wait(generation)
+            self._probe.acquire(self.obj, generation)
 
-    @abstractmethod
     def query(self) -> bool:
         """Whether the most recent record has completed (never recorded: True)."""
+        generation = self._recorded
+        if not generation:
+            return True
+        done = self._completed(generation)
+        if done:
+            self._probe.acquire(self.obj, generation)
+        return done
+
+    @abstractmethod
+    def _host_wait(self, generation: int) -> None: ...
+
+    @abstractmethod
+    def _completed(self, generation: int) -> bool: ...
 
 
 class Stream(ABC):
     """An in-order queue of device work, on lane :attr:`lane`."""
 
-    def __init__(self, lane: str) -> None:
+    def __init__(self, lane: str, probe: Probe, sync_event: Event) -> None:
         self.lane = lane
+        self.probe = StreamProbe(probe, lane)
+        self._sync_event = sync_event
 
     @abstractmethod
-    def launch(self, fn: Callable[..., Any], *args: Any) -> None:
-        """Queue ``fn(*args)`` on this stream and return without waiting for it."""
+    def launch(self, name: Name, fn: Callable[..., Any], *args: Any, parent: int = 0) -> int:
+        """Queue ``fn(*args)`` as span ``name`` (child of host span ``parent``) and return its
+        span id (0 when the probe is off; set its attributes, e.g. the KV blocks it touches,
+        from the host) without waiting for it."""
 
     @abstractmethod
     def record(self, event: Event) -> None:
@@ -75,9 +123,15 @@ class Stream(ABC):
     def wait(self, event: Event) -> None:
         """Later work on this stream waits for ``event``'s most recent record (host goes on)."""
 
-    @abstractmethod
     def synchronize(self) -> None:
-        """Block the host until the work launched so far on this stream has run."""
+        """Block the host until the work launched so far on this stream has run: a record of
+        the stream's own event and a host wait on it, so the probe sees the same edges."""
+        self.record(self._sync_event)
+        self._sync_event.synchronize()
+
+    @abstractmethod
+    def close(self) -> None:
+        """Let the stream run what it was given; no more launches after this."""
 
 
 class Device(ABC):
@@ -87,6 +141,7 @@ class Device(ABC):
 
     def __init__(self, index: int = 0) -> None:
         self.index = index
+        self.probe = fdprobe.get()
         self._streams: list[Stream] = []
         self._ordinals = itertools.count(1)
 
@@ -96,12 +151,12 @@ class Device(ABC):
         return S.device_lane(os.getpid(), self.kind, self.index, next(self._ordinals))
 
     def stream(self) -> Stream:
-        s = self._new_stream()
+        s = self._new_stream(self._next_lane())
         self._streams.append(s)
         return s
 
     @abstractmethod
-    def _new_stream(self) -> Stream: ...
+    def _new_stream(self, lane: str) -> Stream: ...
 
     @abstractmethod
     def event(self) -> Event: ...
@@ -112,104 +167,109 @@ class Device(ABC):
             s.synchronize()
 
     def close(self) -> None:
-        """Finish every stream's work and release what the streams hold (threads on the CPU)."""
-        self.synchronize()
+        """Let every stream run what it was given and release what it holds (threads on the
+        CPU). Errors stay unraised: whoever cared synchronised."""
+        for s in self._streams:
+            s.close()
+        self._streams.clear()
 
 
 # -- the CPU twin ---------------------------------------------------------------------------
 
 
 class CpuEvent(Event):
-    """Counts records (host side, at the call) and completions (stream side, at the marker)."""
+    """Completions are counted where the marker executes; waiters block on a condition."""
 
-    def __init__(self) -> None:
+    def __init__(self, probe: Probe) -> None:
+        super().__init__(probe)
         self._cond = threading.Condition()
-        self._recorded = 0
-        self._completed = 0
+        self._done = 0
         self._error: BaseException | None = None
-
-    def _next_record(self) -> int:
-        with self._cond:
-            self._recorded += 1
-            return self._recorded
 
     def _complete(self, generation: int, error: BaseException | None) -> None:
         with self._cond:
-            self._completed = max(self._completed, generation)
+            self._done = max(self._done, generation)
             self._error = error
             self._cond.notify_all()
 
-    def _await(self, generation: int) -> None:
+    def _host_wait(self, generation: int) -> None:
         """Block until record ``generation`` has completed; raise if work before it failed."""
         with self._cond:
-            self._cond.wait_for(lambda: self._completed >= generation)
+            self._cond.wait_for(lambda: self._done >= generation)
             error = self._error
         if error is not None:
             raise DeviceError(f"device work failed: {error!r}") from error
 
-    def synchronize(self) -> None:
+    def _completed(self, generation: int) -> bool:
         with self._cond:
-            target = self._recorded
-        self._await(target)
-
-    def query(self) -> bool:
-        with self._cond:
-            return self._completed >= self._recorded
+            return self._done >= generation
 
 
 _WORK, _RECORD, _WAIT, _STOP = range(4)
 
 
 class CpuStream(Stream):
-    """A FIFO executor thread. Items are ``(kind, a, b)``: work ``(fn, args)``, a record
-    ``(event, generation)``, a wait ``(event, generation)``."""
+    """A FIFO executor thread. Items: ``(_WORK, fn, args, name, sid, seq, parent)``,
+    ``(_RECORD | _WAIT, event, generation, sid, seq)``, ``(_STOP,)``."""
 
-    def __init__(self, lane: str) -> None:
-        super().__init__(lane)
-        self._fifo: queue.SimpleQueue[tuple[int, Any, Any]] = queue.SimpleQueue()
+    def __init__(self, lane: str, probe: Probe, sync_event: Event) -> None:
+        super().__init__(lane, probe, sync_event)
+        self._fifo: queue.SimpleQueue[tuple] = queue.SimpleQueue()
         self._error: BaseException | None = None
         self._thread = threading.Thread(target=self._run, name=f"stream {lane}", daemon=True)
         self._thread.start()
 
-    def launch(self, fn: Callable[..., Any], *args: Any) -> None:
-        self._fifo.put((_WORK, fn, args))
+    def launch(self, name: Name, fn: Callable[..., Any], *args: Any, parent: int = 0) -> int:
+        sid, seq = self.probe.launched()
+        self._fifo.put((_WORK, fn, args, name, sid, seq, parent))
+        return sid
 
     def record(self, event: Event) -> None:
         assert isinstance(event, CpuEvent), "a CPU stream records CPU events"
-        self._fifo.put((_RECORD, event, event._next_record()))
+        generation = event._next_record()
+        self._fifo.put((_RECORD, event, generation, *self.probe.launched()))
 
     def wait(self, event: Event) -> None:
         assert isinstance(event, CpuEvent), "a CPU stream waits on CPU events"
-        with event._cond:
-            generation = event._recorded
+        generation = event.generation
         if generation:
-            self._fifo.put((_WAIT, event, generation))
-
-    def synchronize(self) -> None:
-        marker = CpuEvent()
-        self.record(marker)
-        marker.synchronize()
+            self._fifo.put((_WAIT, event, generation, *self.probe.launched()))
 
     def close(self) -> None:
-        self._fifo.put((_STOP, None, None))
+        self._fifo.put((_STOP,))
         self._thread.join()
 
     def _run(self) -> None:
+        sp = self.probe
+        clock = time.monotonic_ns
         while True:
-            kind, a, b = self._fifo.get()
+            item = self._fifo.get()
+            kind = item[0]
             if kind == _WORK:
-                if self._error is None:  # a failed stream runs nothing more (a sticky error)
-                    try:
-                        a(*b)
-                    except BaseException as exc:  # noqa: BLE001 - handed to the host
-                        self._error = exc
-            elif kind == _RECORD:
-                a._complete(b, self._error)
-            elif kind == _WAIT:
+                _, fn, args, name, sid, seq, parent = item
+                if self._error is not None:
+                    continue  # a failed stream runs nothing more (a sticky error)
+                sp.nvtx_begin(sid, name)
+                t0 = clock()
                 try:
-                    a._await(b)
+                    fn(*args)
+                except BaseException as exc:  # noqa: BLE001 - handed to the host
+                    self._error = exc
+                t1 = clock()
+                sp.nvtx_end(sid)
+                sp.ran(name, sid, parent, seq, t0, t1)
+            elif kind == _RECORD:
+                _, event, generation, sid, seq = item
+                sp.recorded(sid, seq, event.obj, generation, clock())
+                event._complete(generation, self._error)
+            elif kind == _WAIT:
+                _, event, generation, sid, seq = item
+                t0 = clock()
+                try:
+                    event._host_wait(generation)
                 except DeviceError as exc:
                     self._error = self._error or exc
+                sp.waited(sid, seq, event.obj, generation, t0, clock())
             else:
                 return
 
@@ -217,57 +277,132 @@ class CpuStream(Stream):
 class CpuDevice(Device):
     kind = S.DEVICE_CPU
 
-    def _new_stream(self) -> CpuStream:
-        return CpuStream(self._next_lane())
+    def _new_stream(self, lane: str) -> CpuStream:
+        return CpuStream(lane, self.probe, self.event())
 
     def event(self) -> CpuEvent:
-        return CpuEvent()
-
-    def close(self) -> None:
-        """Let every stream run what it was given, then stop its thread (errors stay unraised:
-        whoever cared synchronised)."""
-        for s in self._streams:
-            s.close()
-        self._streams.clear()
+        return CpuEvent(self.probe)
 
 
 # -- CUDA -----------------------------------------------------------------------------------
 
 
-class CudaEvent(Event):
-    def __init__(self, torch_event) -> None:
-        self.torch_event = torch_event
+class CudaClock:
+    """Maps CUDA timing events to the host's monotonic clock (docs/probe.md, "Device lanes").
 
-    def synchronize(self) -> None:
+    An anchor event is recorded on an idle device between two host clock reads; its device
+    time is taken to be their midpoint, so a mapped time is off by at most ``error_ns`` (half
+    that interval) plus ``elapsed_time``'s resolution (about 0.5 us) plus the drift between
+    the GPU's and the host's clocks since the anchor."""
+
+    def __init__(self, index: int) -> None:
+        torch.cuda.synchronize(index)
+        self.anchor = torch.cuda.Event(enable_timing=True)
+        before = time.monotonic_ns()
+        self.anchor.record(torch.cuda.current_stream(index))
+        self.anchor.synchronize()
+        after = time.monotonic_ns()
+        self.host_ns = (before + after) // 2
+        self.error_ns = (after - before + 1) // 2
+
+    def host_time(self, event) -> int:
+        """The host time of a completed timing event."""
+        return self.host_ns + round(self.anchor.elapsed_time(event) * 1e6)
+
+
+class CudaEvent(Event):
+    def __init__(self, probe: Probe) -> None:
+        super().__init__(probe)
+        self.torch_event = torch.cuda.Event()
+
+    def _host_wait(self, generation: int) -> None:
         self.torch_event.synchronize()
 
-    def query(self) -> bool:
+    def _completed(self, generation: int) -> bool:
         return self.torch_event.query()
 
 
 class CudaStream(Stream):
     """A torch CUDA stream; ``launch`` runs the callable under it, so what it enqueues runs on
     it. Tensors made on another stream and used here need ``Tensor.record_stream`` (torch's
-    caching allocator would otherwise reuse their memory too early)."""
+    caching allocator would otherwise reuse their memory too early).
 
-    def __init__(self, lane: str, torch_stream) -> None:
-        super().__init__(lane)
-        self.torch_stream = torch_stream
+    With the probe on, each item is bracketed by timing events; items are recorded once their
+    last timing event has completed (checked at each launch and synchronisation), their times
+    mapped by the device's :class:`CudaClock`."""
 
-    def launch(self, fn: Callable[..., Any], *args: Any) -> None:
+    def __init__(self, lane: str, probe: Probe, sync_event: Event, device: CudaDevice) -> None:
+        super().__init__(lane, probe, sync_event)
+        self.torch_stream = torch.cuda.Stream(device=device.index)
+        self._device = device
+        self._pending: collections.deque[tuple] = collections.deque()
+
+    def launch(self, name: Name, fn: Callable[..., Any], *args: Any, parent: int = 0) -> int:
+        sp = self.probe
+        sid, seq = sp.launched()
         with torch.cuda.stream(self.torch_stream):
+            if not sp.enabled:
+                fn(*args)
+                return 0
+            start, end = self._device.timer(), self._device.timer()
+            sp.nvtx_begin(sid, name)  # around the launch: Nsight projects it onto the kernels
+            start.record(self.torch_stream)
             fn(*args)
+            end.record(self.torch_stream)
+            sp.nvtx_end(sid)
+        self._pending.append((_WORK, end, start, name, sid, seq, parent))
+        self.collect()
+        return sid
 
     def record(self, event: Event) -> None:
         assert isinstance(event, CudaEvent), "a CUDA stream records CUDA events"
         event.torch_event.record(self.torch_stream)
+        generation = event._next_record()
+        if self.probe.enabled:
+            mark = self._device.timer()
+            mark.record(self.torch_stream)
+            self._pending.append((_RECORD, mark, event, generation, *self.probe.launched()))
 
     def wait(self, event: Event) -> None:
         assert isinstance(event, CudaEvent), "a CUDA stream waits on CUDA events"
+        generation = event.generation
+        if not generation:
+            return  # CUDA: waiting on an event never recorded waits for nothing
+        if not self.probe.enabled:
+            self.torch_stream.wait_event(event.torch_event)
+            return
+        before, after = self._device.timer(), self._device.timer()
+        before.record(self.torch_stream)
         self.torch_stream.wait_event(event.torch_event)
+        after.record(self.torch_stream)
+        self._pending.append((_WAIT, after, before, event, generation, *self.probe.launched()))
 
     def synchronize(self) -> None:
-        self.torch_stream.synchronize()
+        super().synchronize()
+        self.collect()
+
+    def close(self) -> None:
+        self.synchronize()
+
+    def collect(self) -> None:
+        """Record the items whose timing events have completed, in stream order."""
+        sp, clock, pool = self.probe, self._device.clock, self._device.timers
+        while self._pending and self._pending[0][1].query():
+            item = self._pending.popleft()
+            kind, last = item[0], item[1]
+            if kind == _WORK:
+                _, _, start, name, sid, seq, parent = item
+                sp.ran(name, sid, parent, seq, clock.host_time(start), clock.host_time(last))
+                pool.append(start)
+            elif kind == _RECORD:
+                _, _, event, generation, sid, seq = item
+                sp.recorded(sid, seq, event.obj, generation, clock.host_time(last))
+            else:
+                _, _, before, event, generation, sid, seq = item
+                t0, t1 = clock.host_time(before), clock.host_time(last)
+                sp.waited(sid, seq, event.obj, generation, t0, t1)
+                pool.append(before)
+            pool.append(last)
 
 
 class CudaDevice(Device):
@@ -277,15 +412,18 @@ class CudaDevice(Device):
         if not torch.cuda.is_available():
             raise DeviceError("CUDA is not available on this machine")
         super().__init__(index)
+        self.clock = CudaClock(index) if self.probe.enabled else None
+        #: timing events free for reuse (returned once an item's times are read)
+        self.timers: list = []
 
-    def _new_stream(self) -> CudaStream:
-        return CudaStream(self._next_lane(), torch.cuda.Stream(device=self.index))
+    def timer(self):
+        return self.timers.pop() if self.timers else torch.cuda.Event(enable_timing=True)
+
+    def _new_stream(self, lane: str) -> CudaStream:
+        return CudaStream(lane, self.probe, self.event(), self)
 
     def event(self) -> CudaEvent:
-        return CudaEvent(torch.cuda.Event())
-
-    def synchronize(self) -> None:
-        torch.cuda.synchronize(self.index)
+        return CudaEvent(self.probe)
 
 
 def open_device(kind: str, index: int = 0) -> Device:

@@ -36,6 +36,11 @@ SCHEDULED_REQUEST = "scheduled_request"
 #: an instrumentation hook that failed inside an engine (counted; the engine went on)
 ADAPTER_ERROR = "fdprof.adapter_error"
 
+#: device-stream markers (``fdprof/probe/device.py``): an event's record executing on its
+#: stream, and a stream stopped until an event it waits on completed
+DEVICE_EVENT_RECORD = "device.event_record"
+DEVICE_EVENT_WAIT = "device.event_wait"
+
 #: spans whose time is compute, swapping, or the lock, as the analyses group them
 COMPUTE_SPANS = (EXECUTE_MODEL,)
 SWAP_SPANS = (SWAP,)
@@ -49,6 +54,7 @@ CATEGORY_SWAP = "swap"
 CATEGORY_EXECUTE_MODEL = "execute_model"
 CATEGORY_LOCK = "lock"
 CATEGORY_KV = "kv"
+CATEGORY_DEVICE = "device"
 
 # -- roles (``fd.role``) -----------------------------------------------------------------
 ROLE_ENGINE = "engine"
@@ -120,6 +126,11 @@ LOCK_KV_PREFIX = "lock:kv/dp"
 LOCK_OBJECTS = "lock:*"
 #: in-process mutexes are ``mutex:<name>``, scoped by process
 MUTEX_PREFIX = "mutex:"
+#: device streams: ``launch:<lane>`` (seq: the stream's launch count) pairs a launch on the
+#: host with its execution; ``event:<pid>/<n>`` (seq: the event's record count) an event's
+#: record with the waits on it
+DEVICE_LAUNCH_PREFIX = "launch:"
+DEVICE_EVENT_PREFIX = "event:"
 #: a device block's free and its next allocation (seq: the pool's count of free calls)
 BLOCK_FREE_OBJ = "block:free"
 

@@ -13,6 +13,9 @@ import torch
 
 from engine.device import CpuDevice, Device, DeviceError, open_device
 from fdprof import semconv as S
+from fdprof.probe import api
+
+WORK = api.name("work", S.CATEGORY_DEVICE)
 
 
 @dataclass
@@ -62,7 +65,7 @@ def test_launch_returns_before_the_work_has_run(backend):
     work, release = backend.hold()
     s = backend.device.stream()
     e = backend.device.event()
-    s.launch(work)
+    s.launch(WORK, work)
     s.record(e)
     assert not e.query()
     release()
@@ -75,7 +78,7 @@ def test_one_stream_runs_its_work_in_launch_order(backend):
     x = backend.zeros(1) + 1
     expected = 1.0
     for i in range(20):
-        s.launch(x.mul_, 3) if i % 2 else s.launch(x.add_, i)
+        s.launch(WORK, x.mul_, 3) if i % 2 else s.launch(WORK, x.add_, i)
         expected = expected * 3 if i % 2 else expected + i
     s.synchronize()
     assert x.item() == expected
@@ -85,11 +88,11 @@ def test_a_stream_waiting_on_an_event_runs_after_the_recorded_work(backend):
     a, b = backend.device.stream(), backend.device.stream()
     e = backend.device.event()
     x, y = backend.zeros(), backend.zeros()
-    a.launch(backend.slow)
-    a.launch(x.fill_, 7)
+    a.launch(WORK, backend.slow)
+    a.launch(WORK, x.fill_, 7)
     a.record(e)
     b.wait(e)
-    b.launch(y.copy_, x)
+    b.launch(WORK, y.copy_, x)
     b.synchronize()
     assert y.tolist() == [7.0] * 4
 
@@ -98,8 +101,8 @@ def test_the_host_waiting_on_an_event_sees_the_recorded_work(backend):
     s = backend.device.stream()
     e = backend.device.event()
     x = backend.zeros()
-    s.launch(backend.slow)
-    s.launch(x.fill_, 3)
+    s.launch(WORK, backend.slow)
+    s.launch(WORK, x.fill_, 3)
     s.record(e)
     e.synchronize()
     assert x.tolist() == [3.0] * 4
@@ -111,13 +114,13 @@ def test_a_wait_is_for_the_record_made_before_it_not_a_later_one(backend):
     e = backend.device.event()
     x, y = backend.zeros(), backend.zeros()
     work, release = backend.hold()
-    a.launch(x.fill_, 1)
+    a.launch(WORK, x.fill_, 1)
     a.record(e)
     b.wait(e)
-    a.launch(work)
-    a.launch(x.fill_, 2)
+    a.launch(WORK, work)
+    a.launch(WORK, x.fill_, 2)
     a.record(e)
-    b.launch(y.copy_, x)
+    b.launch(WORK, y.copy_, x)
     b.synchronize()  # returns while a is held: b waited for the first record only
     assert y.tolist() == [1.0] * 4
     release()
@@ -137,8 +140,8 @@ def test_device_synchronize_waits_for_every_stream(backend):
     streams = [backend.device.stream() for _ in range(3)]
     xs = [backend.zeros() for _ in streams]
     for i, (s, x) in enumerate(zip(streams, xs, strict=True)):
-        s.launch(backend.slow)
-        s.launch(x.fill_, i + 1)
+        s.launch(WORK, backend.slow)
+        s.launch(WORK, x.fill_, i + 1)
     backend.device.synchronize()
     assert [x[0].item() for x in xs] == [1.0, 2.0, 3.0]
 
@@ -155,8 +158,8 @@ def test_two_streams_without_an_event_really_overlap(cpu):
     both = threading.Barrier(2, timeout=30)
     met: list[bool] = []
     a, b = cpu.device.stream(), cpu.device.stream()
-    a.launch(lambda: met.append(both.wait() >= 0))
-    b.launch(lambda: met.append(both.wait() >= 0))
+    a.launch(WORK, lambda: met.append(both.wait() >= 0))
+    b.launch(WORK, lambda: met.append(both.wait() >= 0))
     cpu.device.synchronize()
     assert met == [True, True]
 
@@ -165,8 +168,8 @@ def test_failed_work_raises_where_the_host_next_synchronises(cpu):
     s, other = cpu.device.stream(), cpu.device.stream()
     e = cpu.device.event()
     ran: list[int] = []
-    s.launch(lambda: 1 / 0)  # launch itself does not raise: the host has moved on
-    s.launch(ran.append, 1)
+    s.launch(WORK, lambda: 1 / 0)  # launch itself does not raise: the host has moved on
+    s.launch(WORK, ran.append, 1)
     s.record(e)
     with pytest.raises(DeviceError, match="ZeroDivisionError"):
         s.synchronize()
