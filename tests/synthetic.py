@@ -131,8 +131,8 @@ class _Tables:
         n = len(time)
         pid, tid = (int(x) for x in lane.split("/"))
         self.syncs.append({"op": op, "obj": obj, "seq": np.full(n, -1) if seq is None else seq,
-                           "time": time, "pid": pid, "tid": tid, "lane": lane,
-                           "span_id": np.zeros(n, np.int64)})  # fmt: skip
+                           "keyed": np.full(n, seq is not None), "time": time, "pid": pid,
+                           "tid": tid, "lane": lane, "span_id": np.zeros(n, np.int64)})  # fmt: skip
 
     def access(self, ids, pool, blocks, mode) -> None:
         """The ``kv.<pool>_<mode>`` block-list attribute (a row of ``blocks`` per span), as the

@@ -6,9 +6,9 @@ two accesses happened to overlap in time this run. Timestamps decide nothing her
 order *within* a lane and whether a pair overlapped in wall-clock time (for reporting).
 
 Model (see :mod:`fdprof.trace.model`): a lane's sync events are in program order by
-``(time, row)``. An acquire pairs with the release of the same ``(obj, seq)``; a seq-less
-object (``seq`` -1: locks, mutexes) pairs each acquire with the latest release at or before
-it. Each lane carries a vector clock whose own entry counts its releases, so a span S on lane
+``(time, row)``. A keyed acquire pairs with the release of the same ``(obj, seq)``; an
+unkeyed one (locks, mutexes) with the object's latest unkeyed release at or before it. Each
+lane carries a vector clock whose own entry counts its releases, so a span S on lane
 L has an *epoch* (the index of the first release on L at or after ``S.end``) and an *entry
 clock* (the clock after every sync on L at or before ``S.start``). S happens before T (on lane
 M) iff ``entry(T)[L] >= epoch(S)``. Per lane, the clock entries and the release times are
@@ -36,7 +36,7 @@ from fdprof.trace.model import Trace
 
 SPAN_NEEDS = ("span_id", "name", "start", "end", "lane", "role", "step")
 ACCESS_NEEDS = ("span_id", "pool", "block", "mode", "layer_lo", "layer_hi")
-SYNC_NEEDS = ("op", "obj", "seq", "time", "lane")
+SYNC_NEEDS = ("op", "obj", "seq", "keyed", "time", "lane")
 
 GAP_COLUMNS = ["kind", "lane", "obj", "seq", "time", "span_id", "detail"]
 _ALL_LAYERS = np.iinfo(np.int64).max
@@ -210,7 +210,7 @@ def _scoped_objects(syncs: pd.DataFrame, groups: dict[int, int]) -> pd.DataFrame
     scoped = obj.copy()
     if mutex.any():
         scoped[mutex] = [f"{o}@pid{p}" for o, p in zip(obj[mutex], pid[mutex], strict=True)]
-    keyed = (syncs["seq"].to_numpy(np.int64) != -1) & ~mutex
+    keyed = syncs["keyed"].to_numpy(bool) & ~mutex
     if len(set(groups.values())) > 1 and keyed.any():
         scoped[keyed] = [f"{o}@dp{groups.get(p, 0)}"
                          for o, p in zip(obj[keyed], pid[keyed], strict=True)]  # fmt: skip
@@ -222,9 +222,12 @@ def _scoped_objects(syncs: pd.DataFrame, groups: dict[int, int]) -> pd.DataFrame
 def pair_syncs(syncs: pd.DataFrame) -> tuple[np.ndarray, list[dict[str, Any]]]:
     """For each sync row, the row of the release it acquires (-1: none) and the gaps found.
 
-    With a seq, an acquire pairs with the release of its ``(obj, seq)`` (if several, the
-    latest at or before it in time, else the first). Without one, with the latest release of
-    the object at or before it; the object's first acquire may have none (a lock starts free).
+    A keyed acquire pairs with a keyed release of its ``obj`` and its ``seq`` (if several,
+    the latest at or before it in time, else the first); an unkeyed one with the latest
+    unkeyed release of the object at or before it, and the object's first unkeyed acquire
+    may have none (a lock starts free). Pairing keys are compared column by column (a
+    stable sort on object code, keyed, seq), never packed into one integer: any int64 seq,
+    any number of objects.
     """
     n = len(syncs)
     src = np.full(n, -1, dtype=np.int64)
@@ -233,48 +236,47 @@ def pair_syncs(syncs: pd.DataFrame) -> tuple[np.ndarray, list[dict[str, Any]]]:
         return src, gaps
     obj = syncs["obj"].to_numpy(dtype=object, na_value="")
     seq = syncs["seq"].to_numpy(np.int64)
+    keyed = syncs["keyed"].to_numpy(bool)
     time = syncs["time"].to_numpy(np.int64)
     is_rel = (syncs["op"] == "release").to_numpy(bool)
     obj_code = pd.factorize(obj)[0].astype(np.int64)
-    group = pd.factorize(obj_code * (int(seq.max()) + 2) + seq + 1)[0].astype(np.int64)
-    trank = np.unique(time, return_inverse=True)[1].astype(np.int64)
-    width = int(trank.max()) + 1
+    # every event in pairing order: (object, keyed, seq), then time, releases before the
+    # acquires of their instant, then row
     rows = np.arange(n)
-    rel = rows[is_rel][np.lexsort((rows[is_rel], trank[is_rel], group[is_rel]))]
-    rel_key = group[rel] * width + trank[rel]
-    acq = rows[~is_rel]
-    # latest release of the group at or before the acquire's time (ties: last row)
-    at = np.searchsorted(rel_key, group[acq] * width + trank[acq], "right") - 1
-    same = (at >= 0) & (group[rel[np.maximum(at, 0)]] == group[acq]) if len(rel) else at >= 0
-    found = np.where(same, rel[np.maximum(at, 0)] if len(rel) else -1, -1)
+    order = np.lexsort((rows, ~is_rel, time, np.where(keyed, seq, 0), keyed, obj_code))
+    o_obj, o_keyed, o_seq = obj_code[order], keyed[order], seq[order]
+    new_group = np.ones(n, dtype=bool)
+    new_group[1:] = ((o_obj[1:] != o_obj[:-1]) | (o_keyed[1:] != o_keyed[:-1])
+                     | (o_keyed[1:] & (o_seq[1:] != o_seq[:-1])))  # fmt: skip
+    group_start = np.maximum.accumulate(np.where(new_group, np.arange(n), 0))
+    o_rel = is_rel[order]
+    # the latest release at or before each position, and the group's first release
+    last_rel = np.maximum.accumulate(np.where(o_rel, np.arange(n), -1))
+    rel_pos = np.flatnonzero(o_rel)
+    first_rel = np.full(n, -1, dtype=np.int64)
+    if len(rel_pos):
+        nxt = np.searchsorted(rel_pos, group_start)  # the first release at or after the start
+        ok = nxt < len(rel_pos)
+        first_rel[ok] = rel_pos[nxt[ok]]
+    before = last_rel >= group_start
     # a keyed acquire before its release (skewed clocks): the group's first release
-    first = np.searchsorted(rel_key, group[acq] * width, "left")
-    has_first = (first < len(rel)) & (seq[acq] != -1)
-    if len(rel):
-        has_first &= group[rel[np.minimum(first, len(rel) - 1)]] == group[acq]
-        found = np.where((found < 0) & has_first, rel[np.minimum(first, len(rel) - 1)], found)
-    src[acq] = found
-    missing = acq[found < 0]
+    after = ~before & o_keyed & (first_rel >= 0) & (group_start[np.maximum(first_rel, 0)]
+                                                     == group_start)  # fmt: skip
+    found = np.where(before, last_rel, np.where(after, first_rel, -1))
+    acq = ~o_rel
+    src[order[acq]] = np.where(found[acq] >= 0, order[np.maximum(found[acq], 0)], -1)
+    missing = np.flatnonzero(~is_rel & (src < 0))
     if len(missing):
-        seqless = acq[seq[acq] == -1]
-        by_time = seqless[np.lexsort((seqless, time[seqless]))]
+        unkeyed_acq = rows[~is_rel & ~keyed]
+        by_time = unkeyed_acq[np.lexsort((unkeyed_acq, time[unkeyed_acq]))]
         first_acq = set(by_time[np.unique(obj_code[by_time], return_index=True)[1]].tolist())
         lane = syncs["lane"].to_numpy(dtype=object, na_value="")
         for row in missing.tolist():
-            if seq[row] == -1 and row in first_acq:
+            if not keyed[row] and row in first_acq:
                 continue
-            detail = "no earlier release" if seq[row] == -1 else "no release with this seq"
-            gaps.append(
-                _gap(
-                    "no_release",
-                    str(lane[row]),
-                    str(obj[row]),
-                    int(seq[row]),
-                    int(time[row]),
-                    0,
-                    f"acquire of {obj[row]} has {detail}",
-                )
-            )
+            detail = "no release with this seq" if keyed[row] else "no earlier release"
+            gaps.append(_gap("no_release", str(lane[row]), str(obj[row]), int(seq[row]),
+                             int(time[row]), 0, f"acquire of {obj[row]} has {detail}"))  # fmt: skip
     return src, gaps
 
 

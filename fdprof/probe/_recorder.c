@@ -19,9 +19,10 @@
 #define CHUNK (1u << 20)
 #define PID_SHIFT 40
 #define HEADER_SIZE 8
-#define FILE_HEADER_SIZE 60
+#define FILE_HEADER_SIZE 68
 #define MAX_PAYLOAD 65535
 #define NO_SEQ (-1)
+#define SYNC_KEYED 1
 
 enum { K_STRING = 1, K_SPAN_BEGIN, K_SPAN_END, K_ATTR_INT, K_ATTR_FLOAT, K_ATTR_STR,
        K_ATTR_INTS, K_SYNC, K_THREAD_NAME, K_CONTEXT };
@@ -223,22 +224,27 @@ static int w_attr_ints(Recorder *r, uint64_t sid, uint32_t key, PyObject *values
     return 0;
 }
 
-static int w_sync(Recorder *r, uint64_t sid, uint32_t obj, uint32_t op, int64_t seq, int64_t t) {
+/* an unkeyed sync stores NO_SEQ: its seq means nothing */
+static int w_sync(Recorder *r, uint64_t sid, uint32_t obj, uint32_t op, int64_t seq, int64_t t,
+                  int keyed) {
     char *p = reserve(r, 32);
     if (!p) return SKIPPED();
+    if (!keyed) seq = NO_SEQ;
     PUT(p, 0, sid); PUT(p, 8, obj); PUT(p, 12, op); PUT(p, 16, seq); PUT(p, 24, t);
-    publish(r, K_SYNC, 0, 32);
+    publish(r, K_SYNC, keyed ? SYNC_KEYED : 0, 32);
     return 0;
 }
 
 /* ---- construction ---- */
 
 static int Recorder_init(Recorder *r, PyObject *args, PyObject *kw) {
-    static char *kwlist[] = {"path", "role", NULL};
+    static char *kwlist[] = {"path", "role", "dp_rank", "tp_rank", NULL};
     PyObject *path_arg;
     const char *role;
     Py_ssize_t role_len;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "Os#", kwlist, &path_arg, &role, &role_len))
+    int dp_rank = -1, tp_rank = -1;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "Os#|ii", kwlist, &path_arg, &role, &role_len,
+                                     &dp_rank, &tp_rank))
         return -1;
     PyObject *pathlib = PyImport_ImportModule("pathlib");
     if (!pathlib) return -1;
@@ -265,12 +271,15 @@ static int Recorder_init(Recorder *r, PyObject *args, PyObject *kw) {
     int64_t epoch = (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
     int64_t mono = mono_ns();
     uint32_t pid = (uint32_t)getpid();
-    memcpy(r->buf, "FDPROF1\n", 8);
+    int32_t dp = dp_rank, tp = tp_rank;
+    memcpy(r->buf, "FDPROF2\n", 8);
     PUT(r->buf, 8, pid);
     PUT(r->buf, 12, mono);
     PUT(r->buf, 20, epoch);
     memset(r->buf + 28, 0, 32);
     memcpy(r->buf + 28, role, role_len < 32 ? (size_t)role_len : 32);
+    PUT(r->buf, 60, dp);
+    PUT(r->buf, 64, tp);
     r->off = FILE_HEADER_SIZE;
     return 0;
 }
@@ -370,14 +379,15 @@ static PyObject *Recorder_attr_ints(Recorder *r, PyObject *const *a, Py_ssize_t 
 }
 
 static PyObject *Recorder_sync(Recorder *r, PyObject *const *a, Py_ssize_t n) {
-    if (n != 5) { PyErr_SetString(PyExc_TypeError, "sync(span_id, obj_id, op, seq, t)"); return NULL; }
+    if (n != 6) { PyErr_SetString(PyExc_TypeError, "sync(span_id, obj_id, op, seq, t, keyed)"); return NULL; }
     uint64_t sid = PyLong_AsUnsignedLongLong(a[0]);
     uint32_t obj = (uint32_t)PyLong_AsUnsignedLong(a[1]);
     uint32_t op = (uint32_t)PyLong_AsUnsignedLong(a[2]);
     int64_t seq = PyLong_AsLongLong(a[3]);
     int64_t t = PyLong_AsLongLong(a[4]);
+    int keyed = PyObject_IsTrue(a[5]);
     if (PyErr_Occurred()) return NULL;
-    if (w_sync(r, sid, obj, op, seq, t) != 0) return NULL;
+    if (w_sync(r, sid, obj, op, seq, t, keyed) != 0) return NULL;
     Py_RETURN_NONE;
 }
 
@@ -477,13 +487,14 @@ static PyObject *Recorder_set_ints(Recorder *r, PyObject *const *a, Py_ssize_t n
 }
 
 static PyObject *sync_op(Recorder *r, PyObject *const *a, Py_ssize_t n, uint32_t op) {
-    if (n < 1 || n > 3) { PyErr_SetString(PyExc_TypeError, "release/acquire(obj, seq=-1, sid=0)"); return NULL; }
-    int64_t seq = n >= 2 ? PyLong_AsLongLong(a[1]) : NO_SEQ;
+    if (n < 1 || n > 3) { PyErr_SetString(PyExc_TypeError, "release/acquire(obj, seq=None, sid=0)"); return NULL; }
+    int keyed = n >= 2 && a[1] != Py_None;
+    int64_t seq = keyed ? PyLong_AsLongLong(a[1]) : NO_SEQ;
     uint64_t sid = n == 3 ? PyLong_AsUnsignedLongLong(a[2]) : 0;
     if (PyErr_Occurred()) return NULL;
     uint32_t obj = handle_id(r, a[0]);
     if (!obj) return NULL;
-    if (w_sync(r, sid, obj, op, seq, mono_ns()) != 0) return NULL;
+    if (w_sync(r, sid, obj, op, seq, mono_ns(), keyed) != 0) return NULL;
     Py_RETURN_NONE;
 }
 

@@ -122,15 +122,18 @@ class Probe:
         if self._rec is not None:
             self._rec.set_ints(sid, k, values)
 
-    def release(self, o: Obj, seq: int = R.NO_SEQ, sid: int = 0) -> None:
-        """This thread publishes everything it did so far on ``o`` (generation ``seq``)."""
+    def release(self, o: Obj, seq: int | None = None, sid: int = 0) -> None:
+        """This thread publishes everything it did so far on ``o``. With a ``seq`` (any int64)
+        only the acquire of that same seq pairs with it; without one (locks, mutexes) the next
+        acquire in time does."""
         if self._rec is not None:
             self._rec.release(o, seq, sid)
         if self._nvtx is not None:
             self._nvtx.sync(o, R.SyncOp.RELEASE, seq)
 
-    def acquire(self, o: Obj, seq: int = R.NO_SEQ, sid: int = 0) -> None:
-        """This thread has observed the release of ``o`` with the same ``seq``."""
+    def acquire(self, o: Obj, seq: int | None = None, sid: int = 0) -> None:
+        """This thread has observed the release of ``o`` with the same ``seq`` (None: the
+        latest unkeyed release of ``o``)."""
         if self._rec is not None:
             self._rec.acquire(o, seq, sid)
         if self._nvtx is not None:
@@ -216,13 +219,15 @@ _NOOP = Probe()
 _current: Probe = _NOOP
 
 
-def configure(config: ProbeConfig, role: str, dp_rank: int = 0) -> Probe:
-    """Set this process's probe from ``config``; call once at process start (after spawn)."""
+def configure(config: ProbeConfig, role: str, dp_rank: int = 0, tp_rank: int = -1) -> Probe:
+    """Set this process's probe from ``config``; call once at process start (after spawn).
+    ``dp_rank`` and ``tp_rank`` (-1: unknown) go to the record file's header: the analyses
+    scope KV pools by them (equal block ids of two TP ranks are different memory)."""
     global _current
     recorder = None
     if config.run_dir is not None:
         path = Path(config.run_dir) / f"{role}-{dp_rank}-{os.getpid()}.rec"
-        recorder = open_recorder(path, role)
+        recorder = open_recorder(path, role, dp_rank, tp_rank)
     nvtx_sink = None
     if config.nvtx:
         from fdprof.probe.nvtx_sink import open_nvtx_sink
@@ -246,7 +251,7 @@ def configure_from_env(role: str, dp_rank: int = 0, tp_rank: int = 0) -> Probe:
         return _NOOP
     Path(run_dir).mkdir(parents=True, exist_ok=True)
     resource = {S.DP_RANK: str(dp_rank), S.TP_RANK: str(tp_rank)}
-    return configure(ProbeConfig(run_dir=run_dir, resource=resource), role, dp_rank)
+    return configure(ProbeConfig(run_dir=run_dir, resource=resource), role, dp_rank, tp_rank)
 
 
 def get() -> Probe:

@@ -101,7 +101,7 @@ class StreamProbe:
         rec = self._rec
         rec.span_begin(sid, parent, rec.intern(name.text), t0)
         rec.attr_str(sid, self._lane_key, self.lane)
-        rec.sync(sid, self._launch_id, _ACQUIRE, seq, t0)
+        rec.sync(sid, self._launch_id, _ACQUIRE, seq, t0, True)
 
     def ran(self, name: Name, sid: int, parent: int, seq: int, t0: int, t1: int) -> None:
         """Work ``sid`` ran from ``t0`` to ``t1`` (monotonic ns). (:meth:`_begin` inlined: this
@@ -110,7 +110,7 @@ class StreamProbe:
         if rec is not None:
             rec.span_begin(sid, parent, rec.intern(name.text), t0)
             rec.attr_str(sid, self._lane_key, self.lane)
-            rec.sync(sid, self._launch_id, _ACQUIRE, seq, t0)
+            rec.sync(sid, self._launch_id, _ACQUIRE, seq, t0, True)
             rec.span_end(sid, t1)
 
     def recorded(self, sid: int, seq: int, event: Obj, generation: int, t: int) -> None:
@@ -118,7 +118,7 @@ class StreamProbe:
         if self._rec is not None:
             rec = self._rec
             self._begin(sid, 0, EVENT_RECORD, seq, t)
-            rec.sync(sid, rec.intern(event.text), _RELEASE, generation, t)
+            rec.sync(sid, rec.intern(event.text), _RELEASE, generation, t, True)
             rec.span_end(sid, t)
 
     def waited(self, sid: int, seq: int, event: Obj, generation: int, t0: int, t1: int) -> None:
@@ -127,7 +127,7 @@ class StreamProbe:
         if self._rec is not None:
             rec = self._rec
             self._begin(sid, 0, EVENT_WAIT, seq, t0)
-            rec.sync(sid, rec.intern(event.text), _ACQUIRE, generation, t1)
+            rec.sync(sid, rec.intern(event.text), _ACQUIRE, generation, t1, True)
             rec.span_end(sid, t1)
 
     def nvtx_begin(self, sid: int, name: Name) -> None:

@@ -3,8 +3,8 @@
 Each span name's category (``swap``, ``execute_model``, ``lock`` ...) is an NVTX category;
 the span id is the range's int64 payload, so an Nsight Systems export (or our own capture
 library) joins back to the recorded attributes. Start/end ranges, not push/pop, because a
-span may end on another thread. Sync events are marks in category ``sync`` whose payload is
-the sequence number.
+span may end on another thread. Sync events are marks in category ``sync`` whose int64
+payload is the sequence number; an unkeyed one (a lock) has no payload.
 
 When no tool is attached the ``nvtx`` package hands out a dummy domain; :func:`open_nvtx_sink`
 then returns ``None`` so the probe pays one ``is None`` test and nothing else.
@@ -49,7 +49,7 @@ class NvtxSink:
         if range_id is not None:
             self._domain.end_range(range_id)
 
-    def sync(self, o, op: int, seq: int) -> None:
+    def sync(self, o, op: int, seq: int | None) -> None:
         message = f"{_OPS[op]} {o.text}"
         attrs = self._attributes((o, op), message, SYNC_CATEGORY)
         with self._lock:

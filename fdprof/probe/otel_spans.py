@@ -62,6 +62,7 @@ class SpanBuilder:
         self.resource = resource
         self.role = resource.attributes.get(S.ROLE, header.role)
         self._shift = header.epoch_anchor_ns - header.mono_anchor_ns
+        self._version = header.version
         self._strings: dict[int, str] = {}
         self._threads: dict[int, str] = {}
         self._open: dict[int, _Open] = {}
@@ -84,7 +85,7 @@ class SpanBuilder:
         elif kind == R.Kind.ATTR_INTS:
             self._attr(f[0], f[1], tuple(f[2]))
         elif kind == R.Kind.SYNC:
-            self._sync(*f)
+            self._sync(flags, *f)
         elif kind == R.Kind.CONTEXT:
             self._context(flags, *f)
         elif kind == R.Kind.THREAD_NAME:
@@ -96,11 +97,11 @@ class SpanBuilder:
         if span is not None:
             span.attrs[self._strings.get(key_id, "?")] = value
 
-    def _sync(self, sid: int, obj_id: int, op: int, seq: int, t: int) -> None:
+    def _sync(self, flags: int, sid: int, obj_id: int, op: int, seq: int, t: int) -> None:
         span = self._open.get(sid)
         if span is not None:
             attrs = {S.SYNC_OP: _OPS.get(op, str(op)), S.SYNC_OBJ: self._strings.get(obj_id, "?")}
-            if seq != R.NO_SEQ:
+            if R.sync_keyed(self._version, flags, seq):  # sync.seq present: keyed
                 attrs[S.SYNC_SEQ] = seq
             span.events.append(Event(attrs[S.SYNC_OP], attrs, t + self._shift))
 

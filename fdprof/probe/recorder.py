@@ -49,7 +49,9 @@ os.register_at_fork(after_in_child=_after_fork_in_child)
 class Recorder:
     """Appends records for one process. Thread-safe; one instance per process."""
 
-    def __init__(self, path: str | os.PathLike, role: str) -> None:
+    def __init__(
+        self, path: str | os.PathLike, role: str, dp_rank: int = -1, tp_rank: int = -1
+    ) -> None:
         self.path = Path(path)
         self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
         self._lock = threading.Lock()
@@ -63,8 +65,8 @@ class Recorder:
         self._generation = _fork_generation
         self.records = 0
         self._grow()
-        header = R.FILE_HEADER.pack(
-            R.MAGIC, os.getpid(), time.monotonic_ns(), time.time_ns(), role.encode()[:32]
+        header = R.pack_header(
+            os.getpid(), time.monotonic_ns(), time.time_ns(), role, dp_rank, tp_rank
         )
         self._buf[: len(header)] = header
         self._off = len(header)
@@ -155,8 +157,11 @@ class Recorder:
         ints = _as_i32(values)[:_MAX_INTS]
         self._write(R.Kind.ATTR_INTS, R.ATTR_INTS, (span_id, key_id, len(ints)), ints.tobytes())
 
-    def sync(self, span_id: int, obj_id: int, op: int, seq: int, t: int) -> None:
-        self._put(R.Kind.SYNC, R.SYNC, span_id, obj_id, op, seq, t)
+    def sync(self, span_id: int, obj_id: int, op: int, seq: int, t: int, keyed: bool) -> None:
+        """A sync event; ``keyed``: ``seq`` must be matched exactly (else it is ignored)."""
+        flags = R.SYNC_KEYED if keyed else 0
+        self._put(R.Kind.SYNC, R.SYNC, span_id, obj_id, op, seq if keyed else R.NO_SEQ, t,
+                  flags=flags)  # fmt: skip
 
     def context(self, span_id: int, trace_id: bytes, remote_span: int, link: bool) -> None:
         flags = R.CONTEXT_LINK if link else R.CONTEXT_PARENT
@@ -188,11 +193,17 @@ class Recorder:
     def set_ints(self, sid: int, key, values: Sequence[int]) -> None:
         self.attr_ints(sid, self.handle_id(key), values)
 
-    def release(self, obj, seq: int = R.NO_SEQ, sid: int = 0) -> None:
-        self.sync(sid, self.handle_id(obj), R.SyncOp.RELEASE, seq, time.monotonic_ns())
+    def release(self, obj, seq: int | None = None, sid: int = 0) -> None:
+        """Release ``obj``; with a ``seq`` only the acquire of that seq pairs with it."""
+        self._sync_now(R.SyncOp.RELEASE, obj, seq, sid)
 
-    def acquire(self, obj, seq: int = R.NO_SEQ, sid: int = 0) -> None:
-        self.sync(sid, self.handle_id(obj), R.SyncOp.ACQUIRE, seq, time.monotonic_ns())
+    def acquire(self, obj, seq: int | None = None, sid: int = 0) -> None:
+        self._sync_now(R.SyncOp.ACQUIRE, obj, seq, sid)
+
+    def _sync_now(self, op: int, obj, seq: int | None, sid: int) -> None:
+        keyed = seq is not None
+        self.sync(sid, self.handle_id(obj), op, seq if keyed else R.NO_SEQ, time.monotonic_ns(),
+                  keyed)  # fmt: skip
 
     def close(self) -> None:
         """Unmap and trim the file to the bytes written."""
@@ -243,13 +254,15 @@ def _truncate_utf8(data: bytes, limit: int) -> bytes:
     return data[:limit].decode(errors="ignore").encode()
 
 
-def open_recorder(path: str | os.PathLike, role: str):
-    """The C recorder where it is built (unless ``FDPROF_RECORDER=python``), else this twin."""
+def open_recorder(path: str | os.PathLike, role: str, dp_rank: int = -1, tp_rank: int = -1):
+    """The C recorder where it is built (unless ``FDPROF_RECORDER=python``), else this twin.
+    ``dp_rank``/``tp_rank`` (-1: unknown) go to the file's header: they scope the process's
+    KV pools for the analyses."""
     if os.environ.get(RECORDER_ENV, "c") != "python":
         try:
             from fdprof.probe._recorder import Recorder as CRecorder
         except ImportError:
             pass
         else:
-            return CRecorder(path, role)
-    return Recorder(path, role)
+            return CRecorder(path, role, dp_rank, tp_rank)
+    return Recorder(path, role, dp_rank, tp_rank)

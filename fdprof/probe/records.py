@@ -20,12 +20,17 @@ from typing import NamedTuple
 
 import numpy as np
 
-MAGIC = b"FDPROF1\n"
+MAGIC = b"FDPROF2\n"
 #: files grow in chunks of this size; a record never straddles two
 CHUNK = 1 << 20
-#: magic, pid, clock anchor (monotonic ns, epoch ns), role string (utf-8, 32 bytes, NUL padded)
-FILE_HEADER = struct.Struct("<8sIqq32s")
+#: magic, pid, clock anchor (monotonic ns, epoch ns), role string (utf-8, 32 bytes, NUL
+#: padded), data- and tensor-parallel rank (-1: unknown)
+FILE_HEADER = struct.Struct("<8sIqq32sii")
+#: the first version's header: no ranks, and a sync's seq -1 meant "unkeyed" (no flag)
+MAGIC_V1 = b"FDPROF1\n"
+FILE_HEADER_V1 = struct.Struct("<8sIqq32s")
 RECORD_HEADER = struct.Struct("<BBHI")
+_HEADERS = {MAGIC: FILE_HEADER, MAGIC_V1: FILE_HEADER_V1}
 
 
 class Kind(IntEnum):
@@ -36,7 +41,7 @@ class Kind(IntEnum):
     ATTR_FLOAT = 5  # payload: span id u64, key id u32, pad u32, value f64
     ATTR_STR = 6  # payload: span id u64, key id u32, value string id u32
     ATTR_INTS = 7  # payload: span id u64, key id u32, count u32, count × i32
-    SYNC = 8  # payload: span id u64, obj id u32, op u32 (SyncOp), seq i64, t i64
+    SYNC = 8  # payload: span id u64, obj id u32, op u32 (SyncOp), seq i64, t i64; flags below
     THREAD_NAME = 9  # payload: name string id u32
     CONTEXT = 10  # payload: span id u64, trace id 16 bytes, remote span id u64; flags below
 
@@ -61,7 +66,10 @@ CONTEXT = struct.Struct("<Q16sQ")
 CONTEXT_PARENT = 0
 CONTEXT_LINK = 1
 
-#: sequence number meaning "none" (locks pair in time order)
+#: SYNC record flag: the seq must be matched exactly (any int64, -1 included); without it the
+#: event pairs in time order (locks) and its seq field is NO_SEQ
+SYNC_KEYED = 1
+#: the seq field of an unkeyed sync (and, in version 1 files, the only mark of one)
 NO_SEQ = -1
 
 
@@ -82,18 +90,52 @@ class FileHeader(NamedTuple):
     mono_anchor_ns: int
     epoch_anchor_ns: int
     role: str
+    dp_rank: int = -1
+    tp_rank: int = -1
+    #: 1 or 2 (see :data:`MAGIC_V1`)
+    version: int = 2
+    #: where the records start
+    size: int = FILE_HEADER.size
+
+
+def pack_header(pid: int, mono_ns: int, epoch_ns: int, role: str, dp_rank: int,
+                tp_rank: int) -> bytes:  # fmt: skip
+    """The header of a new record file (this version)."""
+    return FILE_HEADER.pack(MAGIC, pid & 0xFFFFFFFF, mono_ns, epoch_ns, role.encode()[:32],
+                            dp_rank, tp_rank)  # fmt: skip
 
 
 def read_header(data: bytes | memoryview) -> FileHeader:
-    """The header of a record file; ``ValueError`` if ``data`` is not one."""
-    if len(data) < FILE_HEADER.size or bytes(data[:8]) != MAGIC:
+    """The header of a record file of either version; ``ValueError`` if ``data`` is not one."""
+    layout = _HEADERS.get(bytes(data[:8]))
+    if layout is None or len(data) < layout.size:
         raise ValueError("not an fdprof record file (bad magic)")
-    _, pid, mono, epoch, role = FILE_HEADER.unpack_from(data, 0)
-    return FileHeader(pid, mono, epoch, role.rstrip(b"\0").decode())
+    if layout is FILE_HEADER_V1:
+        _, pid, mono, epoch, role = layout.unpack_from(data, 0)
+        return FileHeader(pid, mono, epoch, role.rstrip(b"\0").decode(), version=1,
+                          size=layout.size)  # fmt: skip
+    _, pid, mono, epoch, role, dp, tp = layout.unpack_from(data, 0)
+    return FileHeader(pid, mono, epoch, role.rstrip(b"\0").decode(), dp, tp, 2, layout.size)
+
+
+def records_start(data: bytes | memoryview) -> int:
+    """Where the records of ``data`` start; its length when it is cut inside the header (no
+    records yet); ``ValueError`` if it is not a record file."""
+    layout = _HEADERS.get(bytes(data[:8]))
+    if layout is None and len(data) >= 8:
+        raise ValueError("not an fdprof record file (bad magic)")
+    return len(data) if layout is None or len(data) < layout.size else layout.size
+
+
+def sync_keyed(version: int, flags: np.ndarray, seq: np.ndarray) -> np.ndarray:
+    """Whether each SYNC record is keyed: its flag, or in version 1 files a seq other than -1."""
+    if version == 1:
+        return np.asarray(seq) != NO_SEQ
+    return (np.asarray(flags) & SYNC_KEYED) != 0
 
 
 def iter_records(
-    data: bytes | memoryview, offset: int = FILE_HEADER.size, chunk: int = CHUNK
+    data: bytes | memoryview, offset: int | None = None, chunk: int = CHUNK
 ) -> Iterator[tuple[int, int, int, tuple, int]]:
     """Yield ``(kind, flags, tid, fields, next_offset)`` for each complete record from ``offset``.
 
@@ -101,7 +143,10 @@ def iter_records(
     Stops at the end of the data or at a record cut short, so a file still being written, or
     one whose writer was killed, reads up to its last complete record. A zero kind is the unused
     tail of a chunk (see :mod:`fdprof.probe.recorder`): reading resumes at the next chunk.
+    ``offset`` None: after the file's header.
     """
+    if offset is None:
+        offset = records_start(data)
     size = len(data)
     head = RECORD_HEADER.size
     while offset + head <= size:
@@ -129,10 +174,13 @@ def iter_records(
         offset = end
 
 
-def record_offsets(data: bytes, start: int = FILE_HEADER.size) -> np.ndarray:
+def record_offsets(data: bytes, start: int | None = None) -> np.ndarray:
     """Offsets (int64) of the complete records of ``data``, framed as :func:`iter_records`
-    frames them. The walk is serial (records vary in length), so it runs in C
-    (``fdprof.probe._records``) where that is built; this loop is its reference twin."""
+    frames them (``start`` None: after the file's header). The walk is serial (records vary in
+    length), so it runs in C (``fdprof.probe._records``) where that is built; this loop is its
+    reference twin."""
+    if start is None:
+        start = records_start(data)
     if _c_offsets is not None:
         return np.frombuffer(_c_offsets(data, start, CHUNK), dtype=np.int64)
     return _python_offsets(data, start)

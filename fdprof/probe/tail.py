@@ -29,7 +29,7 @@ class RecordTail:
         self.path = Path(path)
         self.header: R.FileHeader | None = None
         self._fd: int | None = None
-        self._offset = R.FILE_HEADER.size
+        self._offset = 0  # set from the header, once it is there
 
     def poll(self) -> Iterator[tuple[int, int, int, tuple]]:
         """``(kind, flags, tid, fields)`` of each complete record not returned before."""
@@ -39,10 +39,11 @@ class RecordTail:
             except FileNotFoundError:
                 return
         if self.header is None:
-            head = os.pread(self._fd, R.FILE_HEADER.size, 0)
-            if len(head) < R.FILE_HEADER.size or head[:8] != R.MAGIC:
+            try:
+                self.header = R.read_header(os.pread(self._fd, R.FILE_HEADER.size, 0))
+            except ValueError:  # not written yet
                 return
-            self.header = R.read_header(head)
+            self._offset = self.header.size
         size = os.fstat(self._fd).st_size
         while self._offset < size:
             start = self._offset

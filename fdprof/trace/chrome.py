@@ -140,8 +140,7 @@ class _Builder:
             self.spans(list(evs), np.array(start, np.int64), np.array(end, np.int64), lanes)
         for key, values in self.sync.items():
             if values:
-                dtype = object if key in ("op", "obj", "lane") else np.int64
-                self.sync_parts[key].append(np.array(values, dtype=dtype))
+                self.sync_parts[key].append(np.array(values, dtype=_SYNC_COLS[key]))
                 values.clear()
         for parts in (*self.cols.values(), *self.sync_parts.values()):
             small = small_tail(parts, len)
@@ -206,7 +205,15 @@ class _Builder:
             self.attrs.add_values(key, ids, values)
 
     def add_sync(
-        self, op: str, obj: str, seq: int, ev: dict, span: int, lane: Any, bind: int = UNBOUND
+        self,
+        op: str,
+        obj: str,
+        seq: int,
+        keyed: bool,
+        ev: dict,
+        span: int,
+        lane: Any,
+        bind: int = UNBOUND,
     ) -> None:
         s = self.sync
         s["bind"].append(bind)
@@ -214,6 +221,7 @@ class _Builder:
         s["op"].append(op)
         s["obj"].append(self.names.setdefault(obj, obj))
         s["seq"].append(seq)
+        s["keyed"].append(keyed)
         s["time"].append(ns(ev["ts"]))
         s["pid"].append(self.ident(ev.get("pid")))
         s["tid"].append(self.ident(args.get(TRUE_TID, ev.get("tid"))))
@@ -263,7 +271,7 @@ class _Builder:
                 raise TypeError(f"{SYNC_SPAN} should be an integer")
             bind = NEXT if ph == "f" and ev.get("bp") != "e" else ENCLOSING
             for op in _FLOWS[ph]:
-                self.add_sync(op, f"{FLOW_OBJ}{cat or ''}", seq, ev, span, None, bind)
+                self.add_sync(op, f"{FLOW_OBJ}{cat or ''}", seq, True, ev, span, None, bind)
         elif ph == "M":
             self.metadata(ev)
         elif ph == "C":
@@ -277,11 +285,12 @@ class _Builder:
         args = ev.get("args") or {}
         op, obj = args.get(C.SYNC_OP), args.get(C.SYNC_OBJ)
         if op in ("release", "acquire") and isinstance(obj, str):
+            keyed = C.SYNC_SEQ in args  # keyed exactly when it names a seq
             seq = args.get(C.SYNC_SEQ, -1)
             span = args.get(SYNC_SPAN, 0)
             if type(seq) is not int or type(span) is not int:
                 raise TypeError(f"{C.SYNC_SEQ} and {SYNC_SPAN} should be integers")
-            self.add_sync(op, obj, seq, ev, span, args.get(C.LANE))
+            self.add_sync(op, obj, seq, keyed, ev, span, args.get(C.LANE))
             return
         t = ns(ev["ts"])
         self.pending.append((ev, t, t, None))
@@ -311,7 +320,10 @@ _SPAN_COLS = (
     "lane",
     "role",
 )
-_SYNC_COLS = ("op", "obj", "seq", "time", "pid", "tid", "lane", "span_id", "bind")
+#: sync column -> dtype of its arrays (``bind``: how a flow event binds to a slice)
+_SYNC_COLS = {"op": object, "obj": object, "seq": np.int64, "keyed": bool, "time": np.int64,
+              "pid": np.int64, "tid": np.int64, "lane": object, "span_id": np.int64,
+              "bind": np.int64}  # fmt: skip
 BATCH = 1 << 14
 
 
@@ -510,10 +522,7 @@ def _finish(trace: Trace, b: _Builder) -> Trace:
     pids = cat("pid", np.int64)
     names = {v: str(k) for k, v in b.ids.items()}
     syncs = {
-        k: np.concatenate(v)
-        if v
-        else np.zeros(0, object if k in ("op", "obj", "lane") else np.int64)
-        for k, v in b.sync_parts.items()
+        k: np.concatenate(v) if v else np.zeros(0, _SYNC_COLS[k]) for k, v in b.sync_parts.items()
     }
     seen = np.unique(np.concatenate([pids, syncs["pid"]])).tolist()  # not a Python int per row
     procs = sorted(set(seen) | set(b.proc))

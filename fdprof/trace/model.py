@@ -49,11 +49,14 @@ ACCESS_COLUMNS: dict[str, str] = {
     "layer_lo": "int64",
     "layer_hi": "int64",
 }
-#: happens-before events. ``seq`` -1: none (locks pair in time order). ``span_id`` 0: none.
+#: happens-before events. ``keyed``: a release pairs only with acquires of the same ``obj`` and
+#: the same ``seq`` (any int64, -1 included); unkeyed events (locks, mutexes; ``seq`` -1, not
+#: read) pair each acquire with the object's latest unkeyed release. ``span_id`` 0: none.
 SYNC_COLUMNS: dict[str, str] = {
     "op": "string",
     "obj": "string",
     "seq": "int64",
+    "keyed": "bool",
     "time": "int64",
     "pid": "int64",
     "tid": "int64",

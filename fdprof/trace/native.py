@@ -108,7 +108,7 @@ def _decode(path: Path) -> _File | None:
     except ValueError as exc:
         raise FdprofError(f"{path}: {exc}") from None
     out = _File(header.pid, header.role, header.epoch_anchor_ns - header.mono_anchor_ns)
-    offs = R.record_offsets(data)
+    offs = R.record_offsets(data, header.size)
     kinds = np.frombuffer(data, dtype=np.uint8)[offs]
     unknown = set(np.unique(kinds).tolist()) - _KNOWN
     if unknown:
@@ -149,8 +149,8 @@ def _decode(path: Path) -> _File | None:
 
     _decode_attrs(data, offs, kinds, columns, out)
 
-    sync_span, obj, ops, seq, time, sync_tid = columns(
-        R.Kind.SYNC, "f0", "f1", "f2", "f3", "f4", "tid"
+    sync_span, obj, ops, seq, time, sync_tid, sync_flags = columns(
+        R.Kind.SYNC, "f0", "f1", "f2", "f3", "f4", "tid", "flags"
     )
     if len(ops) and not np.isin(ops, (R.SyncOp.RELEASE, R.SyncOp.ACQUIRE)).all():
         raise FdprofError(f"{path}: sync record with an unknown op")
@@ -158,6 +158,7 @@ def _decode(path: Path) -> _File | None:
         "op": pa.array(["release", "acquire"], TEXT).take(ops - R.SyncOp.RELEASE),
         "obj": out.text(obj, "a sync object"),
         "seq": seq,
+        "keyed": R.sync_keyed(header.version, sync_flags, seq),
         "time": time + out.offset_ns,
         "tid": sync_tid.astype(np.int64),
         "span_id": sync_span.view(np.int64),
@@ -340,7 +341,7 @@ def _build(trace: Trace, files: list[_File], by_pid: dict[int, dict[str, Any]]) 
         "role": per_file("spans", lambda f: roles[f.pid]),
         "trace_id": pa.array(_inherit(span_id, parent_id, trace_id), TEXT),
     }
-    syncs = {k: cat("syncs", k) for k in ("op", "obj", "seq", "time", "tid", "span_id")}
+    syncs = {k: cat("syncs", k) for k in ("op", "obj", "seq", "keyed", "time", "tid", "span_id")}
     syncs["pid"] = per_file("syncs", lambda f: f.pid)
     processes = {
         "pid": [f.pid for f in files],

@@ -29,8 +29,8 @@ I32 = (-(2**31), 2**31 - 1)
 class _File:
     """Records of one process, with its string table."""
 
-    def __init__(self, pid: int, role: str) -> None:
-        self.parts = [R.FILE_HEADER.pack(R.MAGIC, pid & 0xFFFFFFFF, 0, 0, role.encode()[:32])]
+    def __init__(self, pid: int, role: str, dp_rank: int, tp_rank: int) -> None:
+        self.parts = [R.pack_header(pid, 0, 0, role, dp_rank, tp_rank)]
         self.strings: dict[str, int] = {}
 
     def record(self, kind: int, tid: int, payload: bytes, flags: int = 0) -> None:
@@ -81,8 +81,10 @@ def write(trace: Trace, path: str | Path) -> None:
 
     def file_of(pid: int) -> _File:
         if pid not in files:
-            role = str(procs.at[pid, "role"]) if pid in procs.index else ""
-            files[pid] = _File(pid, role)
+            known = pid in procs.index
+            role = str(procs.at[pid, "role"]) if known else ""
+            dp_rank = int(procs.at[pid, "dp_rank"]) if known else -1
+            files[pid] = _File(pid, role, dp_rank, -1)
         return files[pid]
 
     attr_groups = trace.attrs.by_span()
@@ -115,11 +117,12 @@ def write(trace: Trace, path: str | Path) -> None:
         if end >= 0:
             f.record(R.Kind.SPAN_END, tid, R.SPAN_END.pack(sid & MASK64, end))
     ops = {"release": R.SyncOp.RELEASE, "acquire": R.SyncOp.ACQUIRE}
-    sync_cols = ["op", "obj", "seq", "time", "pid", "tid", "span_id"]
-    for op, obj, seq, t, pid, tid, span in rows(trace.syncs, sync_cols):
+    sync_cols = ["op", "obj", "seq", "keyed", "time", "pid", "tid", "span_id"]
+    for op, obj, seq, keyed, t, pid, tid, span in rows(trace.syncs, sync_cols):
         f = file_of(pid)
         o = f.intern(obj, tid)
-        f.record(R.Kind.SYNC, tid, R.SYNC.pack(span & MASK64, o, ops[op], seq, t))
+        payload = R.SYNC.pack(span & MASK64, o, ops[op], seq if keyed else R.NO_SEQ, t)
+        f.record(R.Kind.SYNC, tid, payload, R.SYNC_KEYED if keyed else 0)
     for pid in procs.index.tolist():
         file_of(pid)
     processes = []

@@ -302,6 +302,7 @@ def _launches(export: _Export, launched: pd.DataFrame, rows: _Rows) -> None:
                 "op": np.full(len(part), op, dtype=object),
                 "obj": launch_objects(part["pid"].to_numpy(np.int64)),
                 "seq": part["correlationId"].to_numpy(np.int64),
+                "keyed": np.ones(len(part), dtype=bool),
                 "time": part["time"].to_numpy(np.int64),
                 "pid": part["pid"].to_numpy(np.int64),
                 "tid": part["tid"].to_numpy(np.int64),
@@ -361,9 +362,10 @@ def _assemble(trace: Trace, rows: _Rows, procs: dict[int, str], offset: int, anc
         "trace_id": np.full(len(start), None, dtype=object),
     }
     syncs = {
-        k: cat(rows.syncs, k, object if k in ("op", "obj", "lane") else np.int64)
-        for k in ("op", "obj", "seq", "time", "pid", "tid", "lane", "span_id")
-    }
+        k: cat(rows.syncs, k, object if k in ("op", "obj", "lane") else bool if k == "keyed"
+               else np.int64)
+        for k in ("op", "obj", "seq", "keyed", "time", "pid", "tid", "lane", "span_id")
+    }  # fmt: skip
     syncs["time"] = syncs["time"] + offset
     processes = {
         "pid": list(procs),

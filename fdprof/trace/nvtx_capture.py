@@ -170,13 +170,16 @@ def read_nvtx_capture(path: str | Path) -> Trace:
                 thread_names[struct.unpack_from("<I", p)[0]] = _text(p, 8)
             if kind != MARK:
                 continue
-            _, dom, t, cat, _ptype, payload, mtype, _, mhandle = EVENT.unpack_from(p)
+            _, dom, t, cat, ptype, payload, mtype, _, mhandle = EVENT.unpack_from(p)
             if categories.get((dom, cat)) != "sync":
                 continue
             op, _, obj = _message((mtype, mhandle, p[EVENT.size :]), strings).partition(" ")
             syncs["op"].append(op)
             syncs["obj"].append(obj)
-            syncs["seq"].append(payload if payload < 1 << 63 else payload - (1 << 64))
+            keyed = ptype in (PAYLOAD_INT64, PAYLOAD_UINT64)  # a lock's mark has no payload
+            seq = payload - (1 << 64) if payload >= 1 << 63 else payload
+            syncs["seq"].append(seq if keyed else -1)
+            syncs["keyed"].append(keyed)
             syncs["time"].append(t + shift)
             syncs["pid"].append(cap.pid)
             syncs["tid"].append(tid)

@@ -211,22 +211,13 @@ def _sync_events(trace: Trace) -> tuple[dict[int, list], dict[int, list]]:
     pid_of = dict(zip(trace.spans["span_id"].tolist(), trace.spans["pid"].tolist(), strict=True))
     on_span: dict[int, list] = {}
     carried: dict[int, list] = {}
-    cols = ["op", "obj", "seq", "time", "pid", "tid", "lane", "span_id"]
-    for op, obj, seq, t, pid, tid, lane, span in rows(trace.syncs, cols):
-        event = {
-            "t": t,
-            "attributes": attributes(
-                {
-                    C.SYNC_OP: op,
-                    C.SYNC_OBJ: obj,
-                    C.SYNC_SEQ: seq,
-                    SYNC_SPAN: span,
-                    PROCESS_PID: pid,
-                    THREAD_ID: tid,
-                    C.LANE: lane,
-                }
-            ),
-        }
+    cols = ["op", "obj", "seq", "keyed", "time", "pid", "tid", "lane", "span_id"]
+    for op, obj, seq, keyed, t, pid, tid, lane, span in rows(trace.syncs, cols):
+        values = {C.SYNC_OP: op, C.SYNC_OBJ: obj}
+        if keyed:  # an unkeyed event has no sync.seq
+            values[C.SYNC_SEQ] = seq
+        values |= {SYNC_SPAN: span, PROCESS_PID: pid, THREAD_ID: tid, C.LANE: lane}
+        event = {"t": t, "attributes": attributes(values)}
         if span in known and pid_of[span] == pid:
             on_span.setdefault(span, []).append(event)
         else:
@@ -295,7 +286,7 @@ class _Reader:
         #: this request's attribute values by key, typed when the request is done
         self.pending: dict[str, tuple[list[int], list[Any]]] = {}
         self.syncs: dict[str, list] = {
-            k: [] for k in ("op", "obj", "seq", "time", "pid", "tid", "lane", "span_id")
+            k: [] for k in ("op", "obj", "seq", "keyed", "time", "pid", "tid", "lane", "span_id")
         }
         self.procs: dict[int, dict[str, Any]] = {}
         #: resources without process.pid, by their attributes -> a negative pid each
@@ -374,6 +365,7 @@ class _Reader:
         s["op"].append(op)
         s["obj"].append(str(obj))
         s["seq"].append(int(values.get(C.SYNC_SEQ, -1)))
+        s["keyed"].append(C.SYNC_SEQ in values)
         s["time"].append(int(event["timeUnixNano"]))
         s["pid"].append(int(values.get(PROCESS_PID, pid)))
         s["tid"].append(int(values.get(THREAD_ID, 0)))
@@ -400,9 +392,10 @@ def read(path: Path) -> Trace:
         for k, v in reader.spans.items()
     }
     syncs = {
-        k: np.array(v, dtype=object if k in ("op", "obj", "lane") else np.int64)
+        k: np.array(v, dtype=object if k in ("op", "obj", "lane") else bool if k == "keyed"
+                    else np.int64)
         for k, v in reader.syncs.items()
-    }
+    }  # fmt: skip
     processes = {
         "pid": procs,
         "role": [reader.procs[p]["role"] for p in procs],

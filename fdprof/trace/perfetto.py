@@ -132,8 +132,8 @@ def _syncs(emit, syncs: pd.DataFrame, lane_tracks: dict, names: dict) -> None:
     lanes_default = C.thread_lanes(syncs["pid"].to_numpy(), syncs["tid"].to_numpy())
     next_tid = max([t for _, t in names] + [SYNTHETIC_TID - 1]) + 1
     where: list[tuple[int, int]] = []
-    cols = ["op", "obj", "seq", "time", "pid", "tid", "lane", "span_id"]
-    for i, (op, obj, seq, t, pid, tid, lane, span) in enumerate(rows(syncs, cols)):
+    cols = ["op", "obj", "seq", "keyed", "time", "pid", "tid", "lane", "span_id"]
+    for i, (op, obj, seq, keyed, t, pid, tid, lane, span) in enumerate(rows(syncs, cols)):
         track = tid
         if lane != lanes_default[i]:
             if (pid, lane) not in lane_tracks:
@@ -142,17 +142,18 @@ def _syncs(emit, syncs: pd.DataFrame, lane_tracks: dict, names: dict) -> None:
                 next_tid += 1
             track = lane_tracks[(pid, lane)]
         where.append((pid, track))
-        label = f"{op} {obj}" + (f" #{seq}" if seq >= 0 else "")
+        label = f"{op} {obj}" + (f" #{seq}" if keyed else "")
+        seq_arg = f'"{C.SYNC_SEQ}":{seq},' if keyed else ""  # an unkeyed event has none
         emit(
             f'{{"ph":"i","s":"t","name":{encode_basestring(label)},"pid":{pid},"tid":{track},'
             f'"ts":{us(t)},"args":{{"{C.SYNC_OP}":"{op}","{C.SYNC_OBJ}":{encode_basestring(obj)},'
-            f'"{C.SYNC_SEQ}":{seq},"{K.SYNC_SPAN}":{span},"{K.TRUE_TID}":{tid},'
+            f'{seq_arg}"{K.SYNC_SPAN}":{span},"{K.TRUE_TID}":{tid},'
             f'"{C.LANE}":{encode_basestring(lane)}}}}}'
         )
     if not len(syncs):
         return
     times = syncs["time"].tolist()
-    keyed = syncs[syncs["seq"] >= 0]
+    keyed = syncs[syncs["keyed"].to_numpy(bool)]
     rel = keyed[keyed["op"] == "release"].drop_duplicates(["obj", "seq"])
     acq = keyed[keyed["op"] == "acquire"]
     pairs = acq.reset_index().merge(rel.reset_index(), on=["obj", "seq"], suffixes=("_a", "_r"))

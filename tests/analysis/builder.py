@@ -50,17 +50,19 @@ class TraceBuilder:
         self.accesses.append({"span_id": sid, "pool": pool, "block": block, "mode": mode,
                               "layer_lo": layers[0], "layer_hi": layers[1]})  # fmt: skip
 
-    def sync(self, op: str, obj: str, time: int, lane: str, seq: int = -1) -> None:
+    def sync(self, op: str, obj: str, time: int, lane: str, seq: int | None = None) -> None:
+        """A sync event; keyed exactly when ``seq`` is given (any int64, -1 included)."""
         pid, _, tid = lane.partition("/")
-        self.syncs.append({"op": op, "obj": obj, "seq": seq, "time": time,
+        self.syncs.append({"op": op, "obj": obj, "seq": -1 if seq is None else seq,
+                           "keyed": seq is not None, "time": time,
                            "pid": int(pid) if pid.isdigit() else 0,
                            "tid": int(tid) if tid.isdigit() else 0,
                            "lane": lane, "span_id": 0})  # fmt: skip
 
-    def release(self, obj: str, time: int, lane: str, seq: int = -1) -> None:
+    def release(self, obj: str, time: int, lane: str, seq: int | None = None) -> None:
         self.sync("release", obj, time, lane, seq)
 
-    def acquire(self, obj: str, time: int, lane: str, seq: int = -1) -> None:
+    def acquire(self, obj: str, time: int, lane: str, seq: int | None = None) -> None:
         self.sync("acquire", obj, time, lane, seq)
 
     def build(self) -> Trace:

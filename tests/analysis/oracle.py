@@ -20,7 +20,8 @@ def oracle(trace: Trace) -> dict[str, set]:
     graph has a cycle (the detector then drops an edge, which this does not model)."""
     syncs = trace.syncs.reset_index(drop=True)
     ev = [
-        {"row": i, "op": r.op, "seq": int(r.seq), "time": int(r.time), "lane": str(r.lane),
+        {"row": i, "op": r.op, "seq": int(r.seq), "keyed": bool(r.keyed), "time": int(r.time),
+         "lane": str(r.lane),
          # in-process mutexes: one object per process
          "obj": f"{r.obj}/{r.pid}" if str(r.obj).startswith("mutex:") else str(r.obj)}
         for i, r in enumerate(syncs.itertuples())
@@ -35,20 +36,24 @@ def oracle(trace: Trace) -> dict[str, set]:
         for a, b in zip(events, events[1:], strict=False):
             succ[a["row"]].add(b["row"])
     releases = [e for e in ev if e["op"] == "release"]
-    seen_seqless: set[str] = set()
+    seen_unkeyed: set[str] = set()
     for a in sorted((e for e in ev if e["op"] == "acquire"), key=lambda e: (e["time"], e["row"])):
-        same = [r for r in releases if r["obj"] == a["obj"] and r["seq"] == a["seq"]]
+        if a["keyed"]:
+            same = [r for r in releases
+                    if r["keyed"] and r["obj"] == a["obj"] and r["seq"] == a["seq"]]  # fmt: skip
+        else:
+            same = [r for r in releases if not r["keyed"] and r["obj"] == a["obj"]]
         before = [r for r in same if r["time"] <= a["time"]]
         if before:
             src = max(before, key=lambda r: (r["time"], r["row"]))
-        elif same and a["seq"] != -1:
+        elif same and a["keyed"]:
             src = min(same, key=lambda r: (r["time"], r["row"]))
         else:
             src = None
-            if not (a["seq"] == -1 and a["obj"] not in seen_seqless):
+            if a["keyed"] or a["obj"] in seen_unkeyed:
                 gaps.add(("no_release", a["lane"]))
-        if a["seq"] == -1:
-            seen_seqless.add(a["obj"])
+        if not a["keyed"]:
+            seen_unkeyed.add(a["obj"])
         if src is not None:
             succ[src["row"]].add(a["row"])
     reach = {r: _reachable(r, succ) for r in succ}

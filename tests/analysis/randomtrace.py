@@ -1,5 +1,10 @@
 """Small random traces for the property test: lanes interleaved in one global time, with
-nested spans, ties, gaps, truncated spans, duplicate seqs and skewed lane clocks."""
+nested spans, ties, gaps, truncated spans, duplicate seqs and skewed lane clocks.
+
+Seqs are drawn over the whole int64 range: each keyed object's generations 0, 1, 2 ... are
+mapped to int64 values (the extremes, -1, 0, 2^62-scale ids, random ones) by a mapping that is
+one-to-one per object and often the same for every object, so objects share seqs: an acquire
+paired with another object's release (a collision) would hide a race the oracle sees."""
 
 from __future__ import annotations
 
@@ -12,6 +17,20 @@ from .builder import TraceBuilder
 SEQ_OBJS = ("queue:a", "signal:b")
 SEQLESS_OBJS = ("lock:kv", "mutex:m")
 LAYERS = ((-1, -1), (0, 1), (1, 2), (0, 2))
+I64 = (-(2**63), 2**63 - 1)
+#: seqs every mapping draws from first: the extremes and the values packing got wrong
+SPECIAL_SEQS = (I64[0], I64[0] + 1, -(2**62), -2, -1, 0, 1, 2, 2**62, 2**62 + 1, I64[1] - 1,
+                I64[1])  # fmt: skip
+
+
+def _seq_values(rng: random.Random, count: int) -> list[int]:
+    """``count`` distinct int64 values: special ones and random ones, shuffled."""
+    values = set(rng.sample(SPECIAL_SEQS, min(count, len(SPECIAL_SEQS))))
+    while len(values) < count:
+        values.add(rng.randint(*I64))
+    out = sorted(values)
+    rng.shuffle(out)
+    return out
 
 
 def random_trace(seed: int, family: str = "mixed") -> Trace:
@@ -23,9 +42,13 @@ def random_trace(seed: int, family: str = "mixed") -> Trace:
     objs = {"mixed": SEQ_OBJS + SEQLESS_OBJS, "skewed": SEQ_OBJS,
             "locks": SEQLESS_OBJS + SEQLESS_OBJS + SEQ_OBJS[:1]}[family]  # fmt: skip
     skew = {lane: rng.randint(-6, 6) if rng.random() < p_skew else 0 for lane in lanes}
+    keyed_objs = SEQ_OBJS + tuple(f"queue:q{i}" for i in range(rng.choice((0, 0, 3, 12))))
+    objs += keyed_objs[len(SEQ_OBJS) :]
+    shared = _seq_values(rng, 32)
+    seq_of = {o: shared if rng.random() < 0.7 else _seq_values(rng, 32) for o in keyed_objs}
     b = TraceBuilder()
     open_spans: dict[str, list[tuple[int, list]]] = {lane: [] for lane in lanes}
-    next_seq = dict.fromkeys(SEQ_OBJS, 0)
+    next_seq = dict.fromkeys(keyed_objs, 0)
     t = 10  # skews stay positive: end -1 means "never ended"
 
     def new_span(lane: str, start: int, end: int, accesses: list) -> None:
@@ -54,12 +77,13 @@ def random_trace(seed: int, family: str = "mixed") -> Trace:
         elif op in ("rel", "acq"):
             obj = rng.choice(objs)
             if obj in SEQLESS_OBJS:
-                seq = -1
+                seq = None
             elif op == "rel":
-                seq = next_seq[obj] if rng.random() < 0.9 else max(next_seq[obj] - 1, 0)
-                next_seq[obj] = seq + 1
+                gen = next_seq[obj] if rng.random() < 0.9 else max(next_seq[obj] - 1, 0)
+                next_seq[obj] = gen + 1
+                seq = seq_of[obj][gen]
             else:
-                seq = rng.randint(0, next_seq[obj])
+                seq = seq_of[obj][rng.randint(0, next_seq[obj])]
             (b.release if op == "rel" else b.acquire)(obj, t + skew[lane], lane, seq)
     for lane, stack in open_spans.items():
         for start, acc in stack:

@@ -240,3 +240,41 @@ def test_dp_groups_have_their_own_blocks_and_channels():
     assert counts(trace)["races"] > 0  # neither names nor the config make groups: ranks do
     trace.processes = frame("processes", procs | {"dp_rank": [0, 0, 1, 1]})
     assert counts(trace)["races"] == 0
+
+
+def test_seqs_at_the_ends_of_int64_pair_exactly():
+    # once a traceback (the packed (obj, seq) key overflowed): exit 1, read as "races found"
+    for seq in (2**63 - 1, -(2**63), -1, 0, 2**62 + 3):
+        b = TraceBuilder()
+        b.span(A, "swap", 0, 10, writes=(7,))
+        b.release("signal:done", 11, A, seq)
+        b.release("signal:done", 12, A, 2**63 - 1 if seq != 2**63 - 1 else 0)
+        b.acquire("signal:done", 20, B, seq)
+        b.span(B, "execute_model", 21, 30, reads=(7,))
+        assert counts(b.build()) == {"races": 0, "latent": 0, "overlaps": 0,
+                                     "clock_alarms": 0, "gaps": 0}, seq  # fmt: skip
+
+
+def test_an_acquire_never_pairs_with_another_objects_release():
+    # queue:b seq -3 and queue:a seq 9 packed to one integer once (max seq 10): the acquire
+    # took queue:a's release, and the race below vanished
+    b = TraceBuilder()
+    b.span(A, "swap", 0, 10, writes=(7,))
+    b.release("queue:a", 11, A, 9)
+    b.release("queue:a", 12, A, 10)
+    b.acquire("queue:b", 20, B, -3)
+    b.span(B, "execute_model", 21, 30, reads=(7,))
+    report = find_hazards(b.build())
+    assert report.counts["races"] == 1
+    assert report.gaps["kind"].tolist() == ["no_release"]
+
+
+def test_a_keyed_seq_of_minus_one_is_matched_exactly_not_in_time_order():
+    b = TraceBuilder()
+    b.span(A, "swap", 0, 10, writes=(7,))
+    b.release("queue:a", 11, A)  # unkeyed: not the release of seq -1
+    b.acquire("queue:a", 20, B, -1)
+    b.span(B, "execute_model", 21, 30, reads=(7,))
+    assert counts(b.build())["races"] == 1
+    b.release("queue:a", 12, A, -1)
+    assert counts(b.build())["races"] == 0

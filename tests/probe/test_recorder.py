@@ -26,7 +26,7 @@ def write_fixed_sequence(rec) -> None:
     rec.attr_float(7, rec.intern("ratio"), 0.25)
     rec.attr_str(7, rec.intern("swap.direction"), "to_cpu")
     rec.attr_ints(7, k, [1, 2, 3, 2**31 - 1])
-    rec.sync(7, rec.intern("queue:swap"), R.SyncOp.RELEASE, 42, 1500)
+    rec.sync(7, rec.intern("queue:swap"), R.SyncOp.RELEASE, 42, 1500, True)
     rec.context(7, bytes(range(16)), 99, True)
     rec.span_end(7, 2000)
 

@@ -69,13 +69,17 @@ def traces(draw) -> Trace:
         ).items():
             attr(sid, key, value)
     m = draw(st.integers(0, 15))
-    syncs = {k: [] for k in ("op", "obj", "seq", "time", "pid", "tid", "lane", "span_id")}
+    syncs = {k: [] for k in ("op", "obj", "seq", "keyed", "time", "pid", "tid", "lane",
+                             "span_id")}  # fmt: skip
     for _ in range(m):
         pid = draw(st.sampled_from(pids))
         tid = draw(st.sampled_from([pid, pid + 1]))
         syncs["op"].append(draw(st.sampled_from(["release", "acquire"])))
         syncs["obj"].append(draw(st.sampled_from(OBJS)))
-        syncs["seq"].append(draw(st.sampled_from([-1, 0, 1, 2, 7])))
+        keyed = draw(st.booleans())  # keyed: any int64 seq, -1 included; else -1
+        syncs["keyed"].append(keyed)
+        syncs["seq"].append(draw(st.sampled_from([-1, 0, 1, 7, -(2**63), 2**63 - 1]))
+                            if keyed else -1)  # fmt: skip
         syncs["time"].append(draw(st.integers(0, 2**60)))
         syncs["pid"].append(pid)
         syncs["tid"].append(tid)

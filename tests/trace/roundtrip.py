@@ -9,7 +9,7 @@ from fdprof.trace.model import Trace
 KEYS = {
     "spans": ["span_id"],
     "accesses": ["span_id", "pool", "block", "mode", "layer_lo", "layer_hi"],
-    "syncs": ["time", "pid", "tid", "op", "obj", "seq", "span_id", "lane"],
+    "syncs": ["time", "pid", "tid", "op", "obj", "keyed", "seq", "span_id", "lane"],
     "processes": ["pid"],
 }
 
