@@ -283,13 +283,13 @@ class _Builder:
 
     def instant(self, ev: dict) -> None:
         args = ev.get("args") or {}
-        op, obj = args.get(C.SYNC_OP), args.get(C.SYNC_OBJ)
-        if op in ("release", "acquire") and isinstance(obj, str):
-            keyed = C.SYNC_SEQ in args  # keyed exactly when it names a seq
-            seq = args.get(C.SYNC_SEQ, -1)
+        if C.SYNC_OP in args or C.SYNC_OBJ in args:  # a sync event, or bad input
+            op, obj, seq, keyed = C.sync_fields(
+                args.get(C.SYNC_OP), args.get(C.SYNC_OBJ), args.get(C.SYNC_SEQ, C.NO_SEQ)
+            )
             span = args.get(SYNC_SPAN, 0)
-            if type(seq) is not int or type(span) is not int:
-                raise TypeError(f"{C.SYNC_SEQ} and {SYNC_SPAN} should be integers")
+            if type(span) is not int:
+                raise ValueError(f"{SYNC_SPAN} = {span!r}: should be an integer span id")
             self.add_sync(op, obj, seq, keyed, ev, span, args.get(C.LANE))
             return
         t = ns(ev["ts"])

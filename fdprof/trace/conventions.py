@@ -37,6 +37,33 @@ SYNC_OP, SYNC_OBJ, SYNC_SEQ = S.SYNC_OP, S.SYNC_OBJ, S.SYNC_SEQ
 DP_RANK = S.DP_RANK
 
 
+#: ``sync.seq`` absent: the event is unkeyed (pairs in time order)
+NO_SEQ = object()
+_INT64 = (-(2**63), 2**63 - 1)
+
+
+def sync_fields(op: Any, obj: Any, seq: Any = NO_SEQ) -> tuple[str, str, int, bool]:
+    """``(op, obj, seq, keyed)`` of a sync event a format carries as attributes (Chrome args,
+    OTLP event attributes); a value the conventions mean nothing by is bad input, a
+    ``ValueError`` naming the key and the value, never a span, a gap or an edge of its own
+    making: ``"Release"``, a seq that is not an int64."""
+    if op not in S.SYNC_OPS:
+        raise ValueError(f"{SYNC_OP} = {_shown(op)}: should be one of {', '.join(S.SYNC_OPS)}")
+    if type(obj) is not str or not obj:
+        raise ValueError(f"{SYNC_OBJ} = {_shown(obj)}: should be a non-empty string")
+    if seq is NO_SEQ:
+        return op, obj, -1, False
+    if type(seq) is not int or not _INT64[0] <= seq <= _INT64[1]:
+        raise ValueError(f"{SYNC_SEQ} = {_shown(seq)}: should be an integer in the int64 range")
+    return op, obj, seq, True
+
+
+def _shown(value: Any) -> str:
+    """A value as JSON text, cut to 80 characters: what a bad-input line quotes."""
+    text = A.to_json(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
 def dp_rank(value: Any) -> int:
     """A process's DP rank from a manifest entry or attribute (an int, or digits as the probe's
     OTel resource writes it); -1 (unknown) for anything else."""
@@ -48,9 +75,7 @@ def dp_rank(value: Any) -> int:
 def _bad(key: str, column: Column, row: int, why: str) -> FdprofError:
     """One line naming the attribute, the span and the value."""
     value = column.take(np.array([row])).python()[0]
-    text = A.to_json(value)
-    text = text if len(text) <= 80 else text[:77] + "..."
-    return FdprofError(f"span {int(column.span_id[row])}: attribute {key} = {text}: {why}")
+    return FdprofError(f"span {int(column.span_id[row])}: attribute {key} = {_shown(value)}: {why}")
 
 
 def _first_not(column: Column, kinds: tuple[str, ...]) -> int:

@@ -152,8 +152,12 @@ def _decode(path: Path) -> _File | None:
     sync_span, obj, ops, seq, time, sync_tid, sync_flags = columns(
         R.Kind.SYNC, "f0", "f1", "f2", "f3", "f4", "tid", "flags"
     )
-    if len(ops) and not np.isin(ops, (R.SyncOp.RELEASE, R.SyncOp.ACQUIRE)).all():
-        raise FdprofError(f"{path}: sync record with an unknown op")
+    bad_op = ~np.isin(ops, (R.SyncOp.RELEASE, R.SyncOp.ACQUIRE))
+    if bad_op.any():
+        raise FdprofError(
+            f"{path}: a sync record's op is {int(ops[bad_op][0])}: should be "
+            f"{R.SyncOp.RELEASE} (release) or {R.SyncOp.ACQUIRE} (acquire)"
+        )
     out.syncs = {
         "op": pa.array(["release", "acquire"], TEXT).take(ops - R.SyncOp.RELEASE),
         "obj": out.text(obj, "a sync object"),

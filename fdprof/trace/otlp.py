@@ -6,7 +6,9 @@ Files are what the OpenTelemetry Collector's file exporter writes: one
 ``fd.dp_rank``); span attributes are the model's attributes, plus ``thread.id``; links are the
 ``fd.links`` traceparents. Sync events become span events named ``sync`` (``sync.op``, ``sync.obj``,
 ``sync.seq``, ``sync.span``, ``thread.id``, ``fd.lane``) on their span, or on a zero-length
-carrier span per process when they belong to no span. The ``fd.*`` markers below let the
+carrier span per process when they belong to no span; the reader takes any event carrying
+``sync.op`` or ``sync.obj`` as one (the probe's live export names them after the op), keyed
+when it carries ``sync.seq``, and a bad one is bad input. The ``fd.*`` markers below let the
 reader restore what OTLP cannot say (a span that never ended, a trace id the writer had to
 invent), so native → OTLP → model loses nothing.
 """
@@ -93,7 +95,10 @@ def _attr_pairs(items: Any) -> Iterator[tuple[str, Any]]:
     if not isinstance(items, list):
         raise TypeError("attributes should be a list")
     for item in items:
-        yield str(item["key"]), from_any(item.get("value", {}))
+        try:
+            yield str(item["key"]), from_any(item.get("value", {}))
+        except ValueError as exc:  # an intValue that is no integer: say which attribute
+            raise ValueError(f"attribute {item['key']}: {exc}") from None
 
 
 def _hex_id(value: int, width: int) -> str:
@@ -358,14 +363,16 @@ class _Reader:
 
     def event(self, event: dict, sid: int, pid: int) -> None:
         values = dict(_attr_pairs(event.get("attributes", [])))
-        op, obj = values.get(C.SYNC_OP), values.get(C.SYNC_OBJ)
-        if event.get("name") != SYNC_EVENT or op not in ("release", "acquire"):
-            return
+        if C.SYNC_OP not in values and C.SYNC_OBJ not in values:
+            return  # not a sync event
+        op, obj, seq, keyed = C.sync_fields(
+            values.get(C.SYNC_OP), values.get(C.SYNC_OBJ), values.get(C.SYNC_SEQ, C.NO_SEQ)
+        )
         s = self.syncs
         s["op"].append(op)
-        s["obj"].append(str(obj))
-        s["seq"].append(int(values.get(C.SYNC_SEQ, -1)))
-        s["keyed"].append(C.SYNC_SEQ in values)
+        s["obj"].append(obj)
+        s["seq"].append(seq)
+        s["keyed"].append(keyed)
         s["time"].append(int(event["timeUnixNano"]))
         s["pid"].append(int(values.get(PROCESS_PID, pid)))
         s["tid"].append(int(values.get(THREAD_ID, 0)))
