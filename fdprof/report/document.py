@@ -9,7 +9,7 @@ never DataFrames or plotting-library objects.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -76,13 +76,15 @@ class Series:
 @dataclass(frozen=True)
 class Chart:
     """A chart as data: axes carry their unit in the title; ``log_x`` for long-tailed
-    durations, ``integer_x`` for run numbers; ``reference_y`` draws a line (e.g. 1.0x)."""
+    durations, ``log_y`` for ratios, ``integer_x`` for run numbers; ``reference_y`` draws a
+    line (e.g. 1.0x)."""
 
     title: str
     x_title: str
     y_title: str
     series: list[Series]
     log_x: bool = False
+    log_y: bool = False
     integer_x: bool = False
     stacked: bool = False
     reference_y: float | None = None
@@ -130,3 +132,11 @@ class Document:
         if other.verdict is not None:
             blocks.append(Bullets([other.verdict.line]))
         return Document(self.title, [*blocks, *other.blocks], self.verdict, data or self.data)
+
+
+def draw(block: Block, drawers: dict[type, Callable[[Any], Any]], fmt: str) -> Any:
+    """``block`` through the drawer a renderer has for its type (each renderer: one table)."""
+    drawer = drawers.get(type(block))
+    if drawer is None:
+        raise TypeError(f"no {fmt} rendering for {type(block).__name__}")
+    return drawer(block)

@@ -64,21 +64,19 @@ def _verdict(v: D.Verdict) -> str:
 
 
 def _block(block: D.Block) -> str:
-    if isinstance(block, D.Heading):
-        return f"<h2>{escape(block.text)}</h2>"
-    if isinstance(block, D.Paragraph):
-        return f"<p>{escape(block.text)}</p>"
-    if isinstance(block, D.Bullets):
-        return "<ul>" + "".join(f"<li>{escape(i)}</li>" for i in block.items) + "</ul>"
-    if isinstance(block, D.Table):
-        return _table(block)
-    if isinstance(block, D.Links):
-        items = "".join(f"<li><a href='{escape(href)}'>{escape(text)}</a></li>"
-                        for text, href in block.items)  # fmt: skip
-        return f"<h3>{escape(block.title)}</h3><ul>{items}</ul>"
-    if isinstance(block, D.Code):
-        return f"<h3>{escape(block.title)}</h3><pre>{escape(block.text)}</pre>"
-    raise TypeError(f"no HTML rendering for {type(block).__name__}")
+    return D.draw(block, _DRAWERS, "HTML")
+
+
+def _links(block: D.Links) -> str:
+    items = "".join(f"<li><a href='{escape(href)}'>{escape(text)}</a></li>"
+                    for text, href in block.items)  # fmt: skip
+    return f"<h3>{escape(block.title)}</h3><ul>{items}</ul>"
+
+
+def _anchor(text: str) -> str:
+    """A heading's id, so each section can be linked to: ``Where the time went`` ->
+    ``where-the-time-went``."""
+    return "-".join("".join(c if c.isalnum() else " " for c in text.lower()).split())
 
 
 def _table(t: D.Table) -> str:
@@ -106,3 +104,13 @@ def _chart(chart: D.Chart, element_id: str) -> str:
         f"<div class='chart' id='{element_id}' data-title='{escape(chart.title)}'></div>"
         f"<script>Plotly.newPlot('{element_id}', {args});</script>"
     )
+
+
+_DRAWERS = {
+    D.Heading: lambda b: f"<h2 id='{_anchor(b.text)}'>{escape(b.text)}</h2>",
+    D.Paragraph: lambda b: f"<p>{escape(b.text)}</p>",
+    D.Bullets: lambda b: "<ul>" + "".join(f"<li>{escape(i)}</li>" for i in b.items) + "</ul>",
+    D.Table: _table,
+    D.Links: _links,
+    D.Code: lambda b: f"<h3>{escape(b.title)}</h3><pre>{escape(b.text)}</pre>",
+}

@@ -23,21 +23,7 @@ def render(result: Any) -> str:
 
 
 def _block(block: D.Block) -> list[str]:
-    if isinstance(block, D.Heading):
-        return [f"## {block.text}"]
-    if isinstance(block, D.Paragraph):
-        return [block.text]
-    if isinstance(block, D.Bullets):
-        return [f"- {item}" for item in block.items]
-    if isinstance(block, D.Table):
-        return _table(block)
-    if isinstance(block, D.Chart):
-        return [f"_Chart (in the HTML report): {block.title}. {block.summary}_".rstrip()]
-    if isinstance(block, D.Links):
-        return [f"### {block.title}", "", *(f"- [{text}]({href})" for text, href in block.items)]
-    if isinstance(block, D.Code):
-        return [f"### {block.title}", "", "```", block.text, "```"]
-    raise TypeError(f"no Markdown rendering for {type(block).__name__}")
+    return D.draw(block, _DRAWERS, "Markdown")
 
 
 def _table(t: D.Table) -> list[str]:
@@ -52,3 +38,14 @@ def _table(t: D.Table) -> list[str]:
 
 def _escape(cell: str) -> str:
     return cell.replace("|", "\\|").replace("\n", " ")
+
+
+_DRAWERS = {
+    D.Heading: lambda b: [f"## {b.text}"],
+    D.Paragraph: lambda b: [b.text],
+    D.Bullets: lambda b: [f"- {item}" for item in b.items],
+    D.Table: _table,
+    D.Chart: lambda b: [f"_Chart (in the HTML report): {b.title}. {b.summary}_".rstrip()],
+    D.Links: lambda b: [f"### {b.title}", "", *(f"- [{t}]({href})" for t, href in b.items)],
+    D.Code: lambda b: [f"### {b.title}", "", "```", b.text, "```"],
+}

@@ -26,21 +26,7 @@ def render(result: Any) -> str:
 
 
 def _block(block: D.Block) -> list[str]:
-    if isinstance(block, D.Heading):
-        return [block.text, "=" * len(block.text)]
-    if isinstance(block, D.Paragraph):
-        return [block.text]
-    if isinstance(block, D.Bullets):
-        return [f"  - {item}" for item in block.items]
-    if isinstance(block, D.Table):
-        return _table(block)
-    if isinstance(block, D.Chart):
-        return [f"{block.title}: {block.summary}"] if block.summary else []
-    if isinstance(block, D.Links):
-        return [block.title, *(f"  {text}: {href}" for text, href in block.items)]
-    if isinstance(block, D.Code):
-        return [block.title, *(f"  {line}" for line in block.text.splitlines())]
-    raise TypeError(f"no text rendering for {type(block).__name__}")
+    return D.draw(block, _DRAWERS, "text")
 
 
 def _table(t: D.Table) -> list[str]:
@@ -54,3 +40,14 @@ def _table(t: D.Table) -> list[str]:
                 for r in t.rows]  # fmt: skip
     out += [f"  {n}" for n in t.notes]
     return out
+
+
+_DRAWERS = {
+    D.Heading: lambda b: [b.text, "=" * len(b.text)],
+    D.Paragraph: lambda b: [b.text],
+    D.Bullets: lambda b: [f"  - {item}" for item in b.items],
+    D.Table: _table,
+    D.Chart: lambda b: [f"{b.title}: {b.summary}"] if b.summary else [],
+    D.Links: lambda b: [b.title, *(f"  {text}: {href}" for text, href in b.items)],
+    D.Code: lambda b: [b.title, *(f"  {line}" for line in b.text.splitlines())],
+}
