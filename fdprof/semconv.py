@@ -104,6 +104,11 @@ KV_BLOCKS = "kv.blocks"
 #: a request's tokens already in the KV cache before this step, and in its prompt
 COMPUTED_TOKENS = "request.computed_tokens"
 PROMPT_TOKENS = "request.prompt_tokens"
+#: on ``request`` spans: when the request's first output token was ready (int, ns on the run
+#: timebase): time to first token and time per output token come from it
+FIRST_TOKEN_NS = "fd.first_token_ns"
+#: on ``request`` spans: output tokens the request generated (time per output token)
+OUTPUT_TOKENS = "request.output_tokens"
 #: what an adapter hook raised (``fdprof.adapter_error`` spans), and the hook
 ERROR = "fd.error"
 HOOK = "fd.hook"

@@ -1,139 +1,123 @@
-"""The main job: the baseline (lock) and the lockless engine, K runs each, interleaved.
+"""An A/B session: two modes, K runs each, interleaved, judged from their traces.
 
-Runs are paired by seed and alternate which mode goes first (ABBA), so drift of this noisy
+Runs are paired by index and alternate which mode goes first (ABBA), so drift of a noisy
 machine hits both modes alike; the gain is the geometric mean of the pairs' throughput ratios
 with a Student-t CI over the pairs (few units: see :mod:`fdprof.analysis.stats`). Every run is
-also checked: hazards, integrity, and on the baseline the lock what-if. The result is plain
-data that the renderers in :mod:`fdprof.report` turn into text, Markdown and HTML.
+also checked (hazards, integrity; the lock what-if on modes that ask for it). The same session
+serves ``fdprof ab --baseline CMD --candidate CMD`` and the built-in lock A/B
+(:func:`lock_arms`); the result is plain data that :mod:`fdprof.report.ab` turns into a report.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from fdprof import semconv as S
+from fdprof.ab.arms import Arm, EngineArm
+from fdprof.ab.runs import UNITS, RunOutcome, analyse_run
 from fdprof.ab.verdict import RunSafety, Verdict, merge_kinds
-from fdprof.analysis.breakdown import PARTS, ideal_speedup, step_breakdown
-from fdprof.analysis.hazards import find_hazards
+from fdprof.analysis.breakdown import PARTS, ideal_speedup
 from fdprof.analysis.stats import (
     DifferenceCI,
     RatioCI,
+    bootstrap_ci,
     geometric_mean_ci,
     paired_difference_ci,
     spread,
 )
-from fdprof.analysis.whatif import what_if_drop_lock
 from fdprof.capture.plan import CapturePlan
 from fdprof.errors import FdprofError
-from fdprof.trace import load
-from fdprof.trace.model import Trace
 
-MODES = ("ipc", "none")
-LABELS = {"ipc": "baseline (lock)", "none": "lockless"}
-#: span names drawn in the timeline excerpt, one lane each
-TIMELINE_SPANS = (S.EXECUTE_MODEL, S.SWAP, S.ISSUE_SWAP_TASK, S.LOCK_WAIT)
-TIMELINE_WINDOW_NS = 400_000_000
+BASELINE, CANDIDATE = "baseline", "candidate"
+#: the serving metrics of a request (ms), as the report names them
+SERVING = {"ttft": "time to first token", "tpot": "time per output token",
+           "e2e": "end-to-end latency"}  # fmt: skip
+PERCENTILES = (50, 90, 99)
 
-
-@dataclass
-class RunOutcome:
-    """One engine run and what the analyses found in it."""
-
-    mode: str
-    index: int
-    seed: int
-    results: dict[str, Any]
-    hazard_counts: dict[str, int]
-    breakdown: pd.DataFrame
-    what_if_newly_unordered: int | None = None
-    #: the run's races grouped by kind (``HazardReport.kinds``)
-    race_kinds: pd.DataFrame = field(default_factory=pd.DataFrame)
-    timeline: list[tuple[str, list[tuple[float, float, int]]]] = field(default_factory=list)
-    timeline_window: tuple[float, float] = (0.0, 0.0)
-
-    @property
-    def tokens_per_s(self) -> float:
-        return float(self.results["tokens_per_s"])
-
-    @property
-    def name(self) -> str:
-        """How reports name the run: its mode and pair index."""
-        return f"{LABELS[self.mode]} #{self.index}"
-
-    @property
-    def safety(self) -> RunSafety:
-        h = self.hazard_counts
-        mismatches = self.results["integrity"]["mismatches"]
-        return RunSafety(self.name, LABELS[self.mode], h["races"], h["latent"], mismatches)
-
-    def to_json(self) -> dict[str, Any]:
-        out = {
-            "mode": self.mode,
-            "index": self.index,
-            "seed": self.seed,
-            "tokens_per_s": self.tokens_per_s,
-            "wall_s": self.results["wall_s"],
-            "steps": self.results["steps"],
-            "swaps": self.results["swaps"],
-            "integrity": self.results["integrity"],
-            "hazards": self.hazard_counts,
-            "trace": self.results["trace"],
-        }
-        if self.what_if_newly_unordered is not None:
-            out["what_if_drop_lock_newly_unordered"] = self.what_if_newly_unordered
-        return out
+Progress = Callable[[int, int, str], None]
 
 
 @dataclass
 class ABResult:
-    config: dict[str, Any]
+    arms: tuple[Arm, Arm]
     runs: list[RunOutcome]
+    unit: str
     gain: RatioCI
     ideal: RatioCI
     out_dir: Path
-    report_files: dict[str, str] = field(default_factory=dict)
     #: ``--require-gain``: the least acceptable lower bound of the gain's CI
     require_gain: float | None = None
+    report_files: dict[str, str] = field(default_factory=dict)
 
     @property
-    def verdict(self) -> Verdict:
-        kinds = merge_kinds([r.race_kinds for r in self.runs])
-        labels = (LABELS[MODES[0]], LABELS[MODES[1]])
-        return Verdict(self.gain, labels, [r.safety for r in self.runs], kinds, self.require_gain)
+    def labels(self) -> tuple[str, str]:
+        return self.arms[0].label, self.arms[1].label
+
+    @property
+    def modes(self) -> tuple[str, str]:
+        return self.arms[0].key, self.arms[1].key
 
     def of(self, mode: str) -> list[RunOutcome]:
         return [r for r in self.runs if r.mode == mode]
 
-    def tokens_per_s(self, mode: str) -> list[float]:
-        return [r.tokens_per_s for r in self.of(mode)]
+    def throughput(self, mode: str) -> list[float]:
+        return [r.throughput[self.unit] for r in self.of(mode)]
 
     def step_ms(self, mode: str) -> np.ndarray:
-        return np.concatenate([r.breakdown["duration"].to_numpy() / 1e6 for r in self.of(mode)])
+        return np.concatenate([r.step_ms for r in self.of(mode)])
 
-    def _part_ms_per_run(self, mode: str) -> dict[int, pd.Series]:
-        """Each run's mean ms per step in each part, by run index."""
-        return {r.index: r.breakdown[list(PARTS)].mean() / 1e6 for r in self.of(mode)}
+    def requests(self, mode: str) -> pd.DataFrame:
+        return pd.concat([r.requests for r in self.of(mode)], ignore_index=True)
+
+    def _pairs(self) -> list[tuple[RunOutcome, RunOutcome]]:
+        base = {r.index: r for r in self.of(self.modes[0])}
+        new = {r.index: r for r in self.of(self.modes[1])}
+        return [(base[i], new[i]) for i in sorted(base)]
+
+    def _part_ms(self, run: RunOutcome) -> pd.Series:
+        return run.breakdown[list(PARTS)].mean() / 1e6
 
     def breakdown_ms(self, mode: str) -> dict[str, float]:
         """Mean ms per step in each part, every run weighing the same (as in the gain)."""
-        runs = pd.DataFrame(list(self._part_ms_per_run(mode).values()))
+        runs = pd.DataFrame([self._part_ms(r) for r in self.of(mode)])
         return {part: float(runs[part].mean()) for part in PARTS}
 
     def breakdown_change(self) -> dict[str, DifferenceCI]:
-        """Per part, lockless minus baseline mean ms per step over the seed pairs (as the
-        gain): which part the gain came from, with its uncertainty."""
-        base, new = self._part_ms_per_run("ipc"), self._part_ms_per_run("none")
-        idx = sorted(base)
+        """Per part, candidate minus baseline mean ms per step over the pairs (as the gain):
+        which part the gain came from, with its uncertainty."""
+        pairs = [(self._part_ms(b), self._part_ms(n)) for b, n in self._pairs()]
         return {
-            part: paired_difference_ci([new[i][part] for i in idx], [base[i][part] for i in idx])
+            part: paired_difference_ci([n[part] for _, n in pairs], [b[part] for b, _ in pairs])
             for part in PARTS
         }
+
+    def serving(self, mode: str, metric: str) -> dict[int, RatioCI] | None:
+        """Percentiles of a serving metric over every request of the mode (ms), each with a
+        bootstrap CI over the requests; None when the traces do not carry it."""
+        values = self.requests(mode)[metric].dropna().to_numpy(float)
+        if len(values) < 2:
+            return None
+        return {q: bootstrap_ci(values, _percentile(q), f"p{q} {metric} ms") for q in PERCENTILES}
+
+    def serving_change(self, metric: str) -> dict[int, RatioCI] | None:
+        """Per percentile, the geometric mean over the pairs of candidate / baseline (each run's
+        own percentile), Student t over the pairs, as the gain; None when not measured."""
+        ratios: dict[int, list[float]] = {q: [] for q in PERCENTILES}
+        for base, new in self._pairs():
+            b, n = base.requests[metric].dropna(), new.requests[metric].dropna()
+            if b.empty or n.empty:
+                return None
+            for q in PERCENTILES:
+                ratios[q].append(float(np.percentile(n, q) / np.percentile(b, q)))
+        try:
+            return {q: geometric_mean_ci(r, f"p{q} {metric} ratio") for q, r in ratios.items()}
+        except FdprofError:  # a zero latency: no ratio
+            return None
 
     def hazards(self, mode: str) -> dict[str, int]:
         runs = self.of(mode)
@@ -141,127 +125,139 @@ class ABResult:
 
     @property
     def integrity_mismatches(self) -> int:
-        return sum(r.results["integrity"]["mismatches"] for r in self.runs)
+        return sum(r.mismatches for r in self.runs)
 
     @property
-    def what_if_newly_unordered(self) -> int:
-        return sum(r.what_if_newly_unordered or 0 for r in self.of("ipc"))
+    def what_if_newly_unordered(self) -> int | None:
+        counts = [r.what_if_newly_unordered for r in self.runs]
+        known = [c for c in counts if c is not None]
+        return sum(known) if known else None
+
+    @property
+    def verdict(self) -> Verdict:
+        safety = [RunSafety(r.name, r.label, r.hazard_counts["races"], r.hazard_counts["latent"],
+                            r.mismatches) for r in self.runs]  # fmt: skip
+        kinds = merge_kinds([r.race_kinds for r in self.runs])
+        return Verdict(self.gain, self.labels, safety, kinds, self.require_gain)
+
+    def settings(self) -> dict[str, dict[str, Any]]:
+        """What each mode ran with: its arm's settings, then what its first run's ``run.json``
+        recorded (the engine's own account, e.g. a vLLM configuration)."""
+        out = {}
+        for arm in self.arms:
+            first = self.of(arm.key)[0].manifest.get("config") or {}
+            recorded = {k: v for k, v in first.items() if k not in arm.settings()}
+            out[arm.key] = {**arm.settings(), **recorded}
+        return out
 
     def to_json(self) -> dict[str, Any]:
         def mode_json(mode: str) -> dict[str, Any]:
-            tps = self.tokens_per_s(mode)
+            tps = self.throughput(mode)
+            serving = {m: _percentiles_json(self.serving(mode, m), "ms") for m in SERVING}
             return {
-                "tokens_per_s": tps,
+                "label": dict(zip(self.modes, self.labels, strict=True))[mode],
+                "throughput": tps,
                 "median": float(np.median(tps)),
                 "spread": spread(tps),
                 "step_ms": spread(self.step_ms(mode)),
                 "breakdown_ms": self.breakdown_ms(mode),
-            }
+                "serving_ms": serving,
+                "hazards": self.hazards(mode),
+            }  # fmt: skip
 
+        change = {m: _percentiles_json(self.serving_change(m), "ratio") for m in SERVING}
+        what_if = self.what_if_newly_unordered
         return {
             "verdict": self.verdict.to_json(),
-            "config": self.config,
-            "runs": [r.to_json() for r in self.runs],
-            "baseline": mode_json("ipc"),
-            "lockless": mode_json("none"),
-            "gain": {
-                "ratio": self.gain.ratio,
-                "ci95": [self.gain.lo, self.gain.hi],
-                "includes_one": self.gain.includes_one,
-                "statistic": self.gain.statistic,
-                "method": self.gain.method,
-            },
-            "breakdown_change_ms": {
-                part: {"delta": c.delta, "ci95": [c.lo, c.hi]}
-                for part, c in self.breakdown_change().items()
-            },
-            "ideal_ratio": self.ideal.ratio,
-            "ideal_ci95": [self.ideal.lo, self.ideal.hi],
-            "hazards": {"baseline": self.hazards("ipc"), "lockless": self.hazards("none")},
-            "what_if_drop_lock": {
-                "newly_unordered": self.what_if_newly_unordered,
-                "safe": self.what_if_newly_unordered == 0,
-            },
+            "settings": self.settings(),
+            "throughput_unit": self.unit,
+            "runs": [r.to_json(self.unit) for r in self.runs],
+            BASELINE: mode_json(self.modes[0]),
+            CANDIDATE: mode_json(self.modes[1]),
+            "gain": {"ratio": self.gain.ratio, "ci95": [self.gain.lo, self.gain.hi],
+                     "includes_one": self.gain.includes_one, "statistic": self.gain.statistic,
+                     "method": self.gain.method},
+            "ideal": {"ratio": self.ideal.ratio, "ci95": [self.ideal.lo, self.ideal.hi],
+                      "method": self.ideal.method},
+            "breakdown_change_ms": {part: {"delta": c.delta, "ci95": [c.lo, c.hi]}
+                                    for part, c in self.breakdown_change().items()},
+            "serving_change": change,
+            "what_if_drop_lock": None if what_if is None else {
+                "newly_unordered": what_if, "safe": what_if == 0},
             "integrity_mismatches": self.integrity_mismatches,
             "report": self.report_files,
-        }
+        }  # fmt: skip
 
 
-Progress = Callable[[int, int, str], None]
+def _percentiles_json(pcts: dict[int, RatioCI] | None, key: str) -> dict[str, Any] | None:
+    if pcts is None:
+        return None
+    return {f"p{q}": {key: c.ratio, "ci95": [c.lo, c.hi]} for q, c in pcts.items()}
 
 
-def run_ab(
-    config,
-    runs: int,
-    out_dir: Path,
-    capture: CapturePlan | None = None,
-    progress: Progress | None = None,
-) -> ABResult:
-    """Run both modes ``runs`` times each (seeds ``config.seed + i``), analyse every run."""
-    from engine.launcher import run_engine
+def _percentile(q: int):
+    return lambda a, idx: np.percentile(a[idx], q, axis=1)
 
-    out_dir.mkdir(parents=True, exist_ok=True)
-    capture = capture or CapturePlan(workload=config.workload)
+
+def interleaved(runs: int) -> list[tuple[int, int]]:
+    """(arm, pair) in ABBA order: pair i runs arm 0 first when i is even."""
     plan = []
     for i in range(runs):
-        order = MODES if i % 2 == 0 else MODES[::-1]
-        plan += [(mode, i) for mode in order]
+        plan += [(0, i), (1, i)] if i % 2 == 0 else [(1, i), (0, i)]
+    return plan
+
+
+def run_session(
+    arms: tuple[Arm, Arm],
+    runs: int,
+    out_dir: Path,
+    progress: Progress | None = None,
+    perfetto: bool = True,
+) -> ABResult:
+    """Run both arms ``runs`` times each, interleaved; judge every run; the gain of arm 1 over
+    arm 0. A run that fails, or leaves no trace with steps, stops the session with an error
+    naming it (exit 2)."""
+    if runs < 2:
+        raise FdprofError("--runs must be at least 2 (a confidence interval needs repeats)")
+    if arms[0].key == arms[1].key:
+        raise FdprofError("the two modes need different names")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    plan = interleaved(runs)
     outcomes: list[RunOutcome] = []
-    for n, (mode, i) in enumerate(plan):
+    for n, (which, i) in enumerate(plan):
+        arm = arms[which]
         if progress is not None:
-            progress(n, len(plan), f"{LABELS[mode]} #{i}")
-        seed = config.seed + i
-        run_dir = out_dir / "runs" / f"{mode}-{i}"
-        cfg = replace(config, kv_lock=mode, seed=seed)
-        probe_config = capture.probe_config(run_dir, mode)
-        observers, env = capture.observers_and_env(probe_config)
+            progress(n, len(plan), f"{arm.label} #{i}")
+        run_dir = out_dir / "runs" / f"{arm.key}-{i}"
         try:
-            results = run_engine(cfg, probe_config, observers, env=env).to_json()
+            arm.run(run_dir, i)
+            outcomes.append(analyse_run(arm.key, arm.label, i, run_dir, arm.what_if,
+                                        out_dir / "perfetto" if perfetto else None))  # fmt: skip
         except FdprofError as exc:
-            raise FdprofError(f"run {LABELS[mode]} #{i} ({run_dir}): {exc}") from None
-        capture.finish(run_dir)
-        outcomes.append(analyse_run(mode, i, seed, results, load(run_dir)))
+            raise FdprofError(f"run {arm.label} #{i} ({run_dir}): {exc}") from None
     if progress is not None:
         progress(len(plan), len(plan), "done")
-    base = {r.index: r.tokens_per_s for r in outcomes if r.mode == "ipc"}
-    new = {r.index: r.tokens_per_s for r in outcomes if r.mode == "none"}
+    unit = next((u for u in UNITS if all(u in r.throughput for r in outcomes)), None)
+    if unit is None:
+        raise FdprofError("no throughput measurable in every run (no requests, no steps)")
+    by = {(r.mode, r.index): r for r in outcomes}
+    ratios = [by[arms[1].key, i].throughput[unit] / by[arms[0].key, i].throughput[unit]
+              for i in range(runs)]  # fmt: skip
     gain = geometric_mean_ci(
-        [new[i] / base[i] for i in sorted(base)],
-        "geometric mean of lockless / baseline tokens/s over seed pairs",
+        ratios, f"geometric mean of {arms[1].label} / {arms[0].label} {unit} over pairs"
     )
     ideal = geometric_mean_ci(
-        [ideal_speedup(r.breakdown) for r in outcomes if r.mode == "ipc"],
-        "geometric mean of the baseline runs' actual / ideal time",
+        [ideal_speedup(by[arms[0].key, i].breakdown) for i in range(runs)],
+        f"geometric mean of the {arms[0].label} runs' actual / ideal time",
     )
-    return ABResult({**asdict(config), "runs_per_mode": runs}, outcomes, gain, ideal, out_dir)
+    return ABResult(arms, outcomes, unit, gain, ideal, out_dir)
 
 
-def analyse_run(mode: str, index: int, seed: int, results: dict, trace: Trace) -> RunOutcome:
-    """Hazards, step breakdown and timeline of one run; on the baseline also the lock what-if,
-    whose with-lock half is the run's hazard report (so the detector runs once per edge set)."""
-    what_if = what_if_drop_lock(trace) if mode == "ipc" else None
-    hazards = what_if.with_lock if what_if is not None else find_hazards(trace)
-    outcome = RunOutcome(mode, index, seed, results, hazards.counts, step_breakdown(trace),
-                         race_kinds=hazards.kinds)  # fmt: skip
-    if what_if is not None:
-        outcome.what_if_newly_unordered = len(what_if.newly_unordered)
-    outcome.timeline, outcome.timeline_window = _timeline_excerpt(trace)
-    return outcome
-
-
-def _timeline_excerpt(trace: Trace) -> tuple[list, tuple[float, float]]:
-    """Lanes of the spans in ``TIMELINE_SPANS`` in a window around the middle swap (ms)."""
-    spans = trace.spans[trace.spans["end"] != -1]
-    names = spans["name"].astype(str)
-    swaps = spans[names == S.SWAP]
-    if swaps.empty:
-        center = int(spans["start"].median()) if not spans.empty else 0
-    else:
-        center = int(swaps["start"].iloc[len(swaps) // 2])
-    t0, t1 = center - TIMELINE_WINDOW_NS // 4, center + 3 * TIMELINE_WINDOW_NS // 4
-    lanes = []
-    for kind, span_name in enumerate(TIMELINE_SPANS):
-        sel = spans[(names == span_name) & (spans["end"] > t0) & (spans["start"] < t1)]
-        boxes = [(s / 1e6, e / 1e6, kind) for s, e in zip(sel["start"], sel["end"], strict=True)]
-        lanes.append((span_name, boxes))
-    return lanes, (t0 / 1e6, t1 / 1e6)
+def lock_arms(config, capture: CapturePlan | None = None) -> tuple[EngineArm, EngineArm]:
+    """The built-in A/B: the engine with the KV lock (baseline, with the lock what-if) and
+    without it, on the same workload and seeds."""
+    capture = capture or CapturePlan(workload=config.workload)
+    return (
+        EngineArm(BASELINE, "baseline (lock)", replace(config, kv_lock="ipc"), capture, True),
+        EngineArm(CANDIDATE, "lockless", replace(config, kv_lock="none"), capture),
+    )

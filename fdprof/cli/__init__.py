@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import json
 import os
 import pkgutil
 import signal
@@ -51,26 +52,33 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _bad_input(args: argparse.Namespace, message: str) -> int:
+    """Exit 2: one line on stderr, and a JSON error object on stdout when JSON was asked for
+    (a script reading stdout then always gets one object)."""
+    print(f"fdprof {args.command}: {message}", file=sys.stderr)
+    if getattr(args, "format", None) == "json":
+        error = {"command": args.command, "message": message, "exit_code": 2}
+        print(json.dumps({"error": error}), flush=True)
+    return 2
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args) or 0)
     except FdprofError as exc:
-        print(f"fdprof {args.command}: {exc}", file=sys.stderr)
-        return 2
+        return _bad_input(args, str(exc))
     except ModuleNotFoundError as exc:  # an extra not installed (the engine without torch)
         error = missing_extra(exc)
         if error is None:
             raise
-        print(f"fdprof {args.command}: {error}", file=sys.stderr)
-        return 2
+        return _bad_input(args, str(error))
     except BrokenPipeError:  # the reader went away (| head): stop quietly, as a shell tool does
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 128 + signal.SIGPIPE
     except OSError as exc:  # an output path that cannot be written, a full disk, ...
         where = f"{exc.filename}: " if exc.filename else ""
-        print(f"fdprof {args.command}: {where}{exc.strerror or exc}", file=sys.stderr)
-        return 2
+        return _bad_input(args, f"{where}{exc.strerror or exc}")
     except KeyboardInterrupt:
         print(f"fdprof {args.command}: interrupted", file=sys.stderr)
         return 130

@@ -1,9 +1,8 @@
-"""``fdprof ab``: the main job — baseline vs lockless, K interleaved runs each, with a report."""
+"""``fdprof ab``: an A/B with a verdict — the built-in lock A/B, or any two shell commands."""
 
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 from pathlib import Path
@@ -14,62 +13,104 @@ from fdprof.cli._engine_options import (
     capture_plan,
     engine_config,
 )
+from fdprof.cli._report_options import add_report_arguments, emit
 from fdprof.errors import FdprofError
 
 EXIT_CODES = """exit codes:
   0  safe: no race, no latent race, no integrity mismatch in any run of either mode
      (and, with --require-gain X, the gain's 95% CI lower bound is at least X)
   1  unsafe: races or corrupted KV blocks in some run (the report names the runs)
-  2  bad input, or a run that crashed (named on stderr)
+  2  bad input, or a run that crashed, failed or left no trace (named on stderr)
   3  --require-gain X not met (only when safe: 2 > 1 > 3 > 0)
+
+any engine: each run of CMD gets its own directory in FDPROF_RUN_DIR (every process calls
+fdprof.probe.configure_from_env) and its pair index in FDPROF_AB_PAIR (0, 1, ...: seed the
+workload with it, so pairs match); its stdout and stderr go to RUN_DIR/stdout.log, stderr.log.
 """
 
 
 def register(subparsers) -> None:
     p = subparsers.add_parser(
         "ab",
-        help="A/B the KV lock: baseline vs lockless, K runs each, gain with a 95%% CI and a report",
-        description="Run the baseline (--kv-lock ipc) and the lockless engine K times each, "
-        "interleaved with the same seeds; report the throughput gain with its 95% CI, the ideal "
-        "gain, hazards and integrity of every run, and the lock what-if. Writes report.md and a "
-        "self-contained report.html into --out.",
+        help="A/B with a verdict: the KV lock (baseline vs lockless) or any two commands, "
+        "K interleaved runs each, gain with a 95%% CI, hazards, a report",
+        description="Run two modes K times each, ABBA-interleaved: the built-in engine with "
+        "the KV lock (--kv-lock ipc) and without it, or --baseline CMD and --candidate CMD. "
+        "Throughput and step latency come from each run's trace; the report gives the gain "
+        "with its 95% CI, the ideal gain, serving latency, hazards and integrity of every "
+        "run, and the lock what-if on the built-in baseline. Writes report.md, report.html "
+        "(one offline file), ab.json and each run's Perfetto JSON into --out.",
         epilog=EXIT_CODES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--runs", type=int, default=5, help="runs per mode (default 5)")
-    add_engine_arguments(p, with_lock=False)
-    p.add_argument("--out", required=True, type=Path, help="directory for runs and reports")
     p.add_argument(
-        "--require-gain",
-        type=float,
+        "--baseline",
+        metavar="CMD",
         default=None,
-        metavar="X",
-        help="exit 3 when the lower bound of the gain's 95%% CI is below X (e.g. 1.05)",
+        help="shell command of the baseline mode (any engine; with --candidate)",
     )
-    p.add_argument("--json", action="store_true", help="print the result as one JSON object")
-    add_capture_arguments(p)
+    p.add_argument(
+        "--candidate",
+        metavar="CMD",
+        default=None,
+        help="shell command of the candidate mode, compared with --baseline",
+    )
+    p.add_argument(
+        "--names",
+        nargs=2,
+        metavar=("BASE", "NEW"),
+        default=None,
+        help="how the report names the two commands (default: baseline, candidate)",
+    )
+    p.add_argument("--require-gain", type=float, default=None, metavar="X",
+                   help="exit 3 when the lower bound of the gain's 95%% CI is below X "
+                   "(e.g. 1.05)")  # fmt: skip
+    p.add_argument("--out", required=True, type=Path, help="directory for runs and reports")
+    add_report_arguments(p, out_file=False)
+    group = p.add_argument_group("built-in lock A/B (ignored with --baseline/--candidate)")
+    add_engine_arguments(group, with_lock=False)
+    add_capture_arguments(group)
     p.set_defaults(func=handle)
 
 
-def handle(args: argparse.Namespace) -> int:
-    from fdprof.ab.session import run_ab
-    from fdprof.report import ab_html, ab_markdown, ab_text
-    from fdprof.report.progress import ProgressBar
+def arms(args: argparse.Namespace):
+    from fdprof.ab.arms import CommandArm
+    from fdprof.ab.session import BASELINE, CANDIDATE, lock_arms
 
-    if args.require_gain is not None and not (
-        math.isfinite(args.require_gain) and args.require_gain > 0
-    ):
+    if (args.baseline is None) != (args.candidate is None):
+        raise FdprofError("--baseline and --candidate go together")
+    if args.baseline is None:
+        if args.names is not None:
+            raise FdprofError("--names names the commands of --baseline/--candidate")
+        return lock_arms(engine_config(args, kv_lock="none"), capture_plan(args))
+    names = args.names or ("baseline", "candidate")
+    if names[0] == names[1]:
+        raise FdprofError("--names: the two modes need different names")
+    return (CommandArm(BASELINE, names[0], args.baseline),
+            CommandArm(CANDIDATE, names[1], args.candidate))  # fmt: skip
+
+
+def handle(args: argparse.Namespace) -> int:
+    from fdprof.ab.session import run_session
+    from fdprof.report.ab import build
+    from fdprof.report.progress import ProgressBar
+    from fdprof.report.render import write
+
+    if args.require_gain is not None and not (math.isfinite(args.require_gain)
+                                              and args.require_gain > 0):  # fmt: skip
         raise FdprofError(f"--require-gain must be a positive number, got {args.require_gain}")
     if args.runs < 2:
         raise FdprofError("--runs must be at least 2 (a confidence interval needs repeats)")
-    config = engine_config(args, kv_lock="none")
     out = args.out.resolve()
-    progress = ProgressBar(sys.stderr, "runs")
-    result = run_ab(config, args.runs, out, capture_plan(args), progress)
+    result = run_session(arms(args), args.runs, out, ProgressBar(sys.stderr, "runs"))
     result.require_gain = args.require_gain
-    for name, render in (("report.md", ab_markdown.render), ("report.html", ab_html.render)):
-        (out / name).write_text(render(result))
-    result.report_files = {"html": str(out / "report.html"), "md": str(out / "report.md")}
-    (out / "ab.json").write_text(json.dumps(result.to_json(), indent=2))
-    print(json.dumps(result.to_json()) if args.json else ab_text.render(result), end="\n")
+    files = {"md": out / "report.md", "html": out / "report.html", "json": out / "ab.json"}
+    result.report_files = {fmt: str(path) for fmt, path in files.items()}
+    doc = build(result)
+    for fmt, path in files.items():
+        write(doc, path, fmt)
+    emit(args, doc)
+    if args.format == "text":
+        print("  ".join(f"{fmt}: {path}" for fmt, path in files.items()))
     return result.verdict.exit_code

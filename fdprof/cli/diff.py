@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 from fdprof.analysis.diff import diff_traces
 from fdprof.cli import load_trace
-from fdprof.errors import FdprofError
-from fdprof.report import markdown, text
+from fdprof.cli._report_options import add_report_arguments, emit
+from fdprof.report.tables import document
 
 
 def register(subparsers) -> None:
@@ -38,10 +37,7 @@ def register(subparsers) -> None:
         default=None,
         help="run directories to join to BASE and NEW (nsys traces)",
     )
-    p.add_argument(
-        "--out", type=Path, default=None, help="also write the report (.md, .json, else text)"
-    )
-    p.add_argument("--json", action="store_true", help="print one JSON object")
+    add_report_arguments(p)
     p.set_defaults(func=handle)
 
 
@@ -50,17 +46,7 @@ def handle(args: argparse.Namespace) -> int:
     base = load_trace(args, args.base, joins[0])
     new = load_trace(args, args.new, joins[1])
     result = diff_traces(base, new, args.step_name, labels=(_label(args.base), _label(args.new)))
-    doc = json.dumps(result.to_json())
-    if args.out is not None:
-        suffix = args.out.suffix.lower()
-        body = doc if suffix == ".json" else (
-            markdown.render(result) if suffix == ".md" else text.render(result)
-        )  # fmt: skip
-        try:
-            args.out.write_text(body)
-        except OSError as exc:
-            raise FdprofError(f"cannot write {args.out}: {exc.strerror}") from None
-    print(doc if args.json else text.render(result), end="\n" if args.json else "")
+    emit(args, document(result))
     return 0
 
 

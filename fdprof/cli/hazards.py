@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 from fdprof.analysis.hazards import find_hazards
 from fdprof.analysis.whatif import what_if_drop_lock
 from fdprof.cli import load_trace
+from fdprof.cli._report_options import add_report_arguments, emit
 from fdprof.errors import FdprofError
-from fdprof.report import text
+from fdprof.report.tables import document
 
 WHAT_IFS = ("drop-lock",)
 
@@ -21,7 +21,7 @@ def register(subparsers) -> None:
         help="find KV-block accesses the recorded protocol does not order (happens-before)",
         description="Exit 0: no race; 1: races found (or, with --what-if, accesses that only "
         "the lock ordered); 2: bad input, or a trace without KV-block accesses (nothing to "
-        "check is not clean).",
+        "check is not clean); with --format json the error is a JSON object on stdout too.",
     )
     p.add_argument("trace", type=Path, help="run directory or trace file")
     p.add_argument(
@@ -31,7 +31,7 @@ def register(subparsers) -> None:
         help="drop-lock: drop the lock's edges and report what becomes unordered",
     )
     p.add_argument("--join", type=Path, default=None, help="run directory to join (nsys traces)")
-    p.add_argument("--json", action="store_true", help="print one JSON object")
+    add_report_arguments(p)
     p.set_defaults(func=handle)
 
 
@@ -44,13 +44,9 @@ def handle(args: argparse.Namespace) -> int:
             f"{args.trace}: no KV-block accesses (kv.* span attributes) to check; an Nsight "
             "Systems export needs --join RUN_DIR, a foreign trace has none"
         )
-    if args.json:
-        doc = report.to_json()
-        if what_if is not None:
-            doc["what_if_drop_lock"] = what_if.to_json()
-        print(json.dumps(doc))
-    else:
-        print(text.render(report), end="")
-        if what_if is not None:
-            print("\n" + text.render(what_if), end="")
+    doc = document(report)
+    if what_if is not None:
+        doc = doc.then(document(what_if), {**report.to_json(),
+                                           "what_if_drop_lock": what_if.to_json()})  # fmt: skip
+    emit(args, doc)
     return 0 if report.clean and (what_if is None or what_if.safe) else 1

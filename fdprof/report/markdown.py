@@ -1,27 +1,33 @@
-"""Markdown rendering of analysis results: a heading, the summary, one pipe table each."""
+"""Markdown rendering of a report document: pipe tables; charts are named, drawn in HTML."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from fdprof.report.tables import Document, Table, document
+from fdprof.report import document as D
+from fdprof.report.tables import as_document
 
 
 def render(result: Any) -> str:
-    """Any analysis result (hazards, what-if, diff) as Markdown."""
-    return render_document(document(result))
-
-
-def render_document(doc: Document, level: int = 1) -> str:
-    h = "#" * level
-    parts = [f"{h} {doc.title}", "", *(f"- {s}" for s in doc.summary)]
-    for table in doc.tables:
-        parts += ["", *_table(table, h + "#")]
+    """A document, or any analysis result (hazards, what-if, diff), as Markdown."""
+    doc = as_document(result)
+    parts: list[str] = []
+    if doc.verdict is not None:
+        parts += [f"**{_escape(doc.verdict.line)}**", ""]
+        if doc.verdict.details:
+            parts += [*(f"- {_escape(d)}" for d in doc.verdict.details), ""]
+    parts.append(f"# {doc.title}")
+    for block in doc.blocks:
+        parts += ["", *_block(block)]
     return "\n".join(parts) + "\n"
 
 
-def _table(t: Table, h: str) -> list[str]:
-    out = [f"{h} {t.title}", ""]
+def _block(block: D.Block) -> list[str]:
+    return D.draw(block, _DRAWERS, "Markdown")
+
+
+def _table(t: D.Table) -> list[str]:
+    out = [f"### {t.title}", ""]
     if t.rows:
         out.append("| " + " | ".join(map(_escape, t.headers)) + " |")
         out.append("|" + "|".join("---" for _ in t.headers) + "|")
@@ -32,3 +38,14 @@ def _table(t: Table, h: str) -> list[str]:
 
 def _escape(cell: str) -> str:
     return cell.replace("|", "\\|").replace("\n", " ")
+
+
+_DRAWERS = {
+    D.Heading: lambda b: [f"## {b.text}"],
+    D.Paragraph: lambda b: [b.text],
+    D.Bullets: lambda b: [f"- {item}" for item in b.items],
+    D.Table: _table,
+    D.Chart: lambda b: [f"_Chart (in the HTML report): {b.title}. {b.summary}_".rstrip()],
+    D.Links: lambda b: [f"### {b.title}", "", *(f"- [{t}]({href})" for t, href in b.items)],
+    D.Code: lambda b: [f"### {b.title}", "", "```", b.text, "```"],
+}

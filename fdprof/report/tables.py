@@ -1,14 +1,12 @@
-"""Analysis results as titled tables of display strings: what every renderer draws.
+"""The documents of the hazards, what-if and diff results: titled tables of display strings.
 
-Why: the terminal and Markdown renderers (and the HTML one, later) must show the same
-numbers the same way; they differ only in layout. Analyses return DataFrames and
-dataclasses; this module decides which columns a reader sees and how values read.
+Why: every renderer must show the same numbers the same way; they differ only in layout.
+Analyses return DataFrames and dataclasses; this module decides which columns a reader sees
+and how values read, as a :class:`~fdprof.report.document.Document`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import pandas as pd
@@ -17,6 +15,7 @@ from fdprof.analysis.diff import DiffResult
 from fdprof.analysis.hazards import HazardReport
 from fdprof.analysis.stats import RatioCI
 from fdprof.analysis.whatif import WhatIf
+from fdprof.report.document import Bullets, Document, Table, Verdict
 
 #: rows shown per table before "... N more"
 MAX_ROWS = 25
@@ -30,23 +29,13 @@ THROUGHPUT_BASIS = {
 MAX_NAME = 80
 
 
-@dataclass(frozen=True)
-class Table:
-    title: str
-    headers: Sequence[str]
-    rows: list[list[str]]
-    notes: list[str] = field(default_factory=list)
-
-
-@dataclass(frozen=True)
-class Document:
-    title: str
-    summary: list[str]
-    tables: list[Table]
+def as_document(result: Any) -> Document:
+    """``result`` itself when it is a document, else :func:`document` of it."""
+    return result if isinstance(result, Document) else document(result)
 
 
 def document(result: Any) -> Document:
-    """The tables of any result an analysis returns."""
+    """The document of any result an analysis returns."""
     if isinstance(result, HazardReport):
         return hazards_document(result)
     if isinstance(result, WhatIf):
@@ -60,38 +49,42 @@ def hazards_document(report: HazardReport) -> Document:
     c = report.counts
     if not report.accesses:
         verdict = "NOTHING CHECKED: no KV-block accesses (kv.* span attributes) in this trace"
+    elif report.clean:
+        verdict = "clean: no unordered conflicting accesses"
     else:
-        verdict = "clean: no unordered conflicting accesses" if report.clean else "HAZARDS FOUND"
+        verdict = f"HAZARDS FOUND: {c['races']} race(s), {c['latent']} of them latent"
     summary = [
         f"{report.accesses:,} KV-block access(es) on {len(report.lanes)} lane(s) checked",
         f"{c['races']} race(s): {c['overlaps']} overlapped in time this run, {c['latent']} latent"
         f" (unordered, not overlapping this time); {c['clock_alarms']} clock alarm(s); "
         f"{c['gaps']} instrumentation gap(s)",
-        verdict,
     ]
     if report.dropped_objects:
         summary.append("edges of " + ", ".join(report.dropped_objects) + " dropped")
-    return Document("fdprof hazards", summary, [
+    ok = report.clean and report.accesses > 0
+    return Document("fdprof hazards", [
+        Bullets(summary),
         _kinds_table(report.kinds),
         _pairs_table("Races (unordered conflicting accesses)", report.races, with_overlap=True),
         _pairs_table("Clock alarms (ordered, yet overlapping in time)", report.alarms),
         _frame_table("Instrumentation gaps (not races)", report.gaps,
                      ["kind", "lane", "obj", "seq", "detail"]),
-    ])  # fmt: skip
+    ], Verdict(verdict, ok, _kind_lines(report.kinds)), report.to_json())  # fmt: skip
 
 
 def what_if_document(w: WhatIf) -> Document:
     n = len(w.newly_unordered)
-    summary = [
+    verdict = (
         f"dropping the edges of {', '.join(w.dropped)}: "
         + ("no access becomes unordered; the protocol orders them by itself" if w.safe else
-           f"{n} pair(s) of spans become unordered; the lockless protocol must order them"),
-        f"with the lock: {w.with_lock.counts['races']} race(s); "
-        f"without: {w.without_lock.counts['races']}",
-    ]  # fmt: skip
-    return Document("fdprof hazards --what-if drop-lock", summary, [
+           f"{n} pair(s) of spans become unordered; the lockless protocol must order them")
+    )  # fmt: skip
+    summary = [f"with the lock: {w.with_lock.counts['races']} race(s); "
+               f"without: {w.without_lock.counts['races']}"]  # fmt: skip
+    return Document("fdprof hazards --what-if drop-lock", [
+        Bullets(summary),
         _pairs_table("Unordered once the lock is gone", w.newly_unordered, with_overlap=True),
-    ])  # fmt: skip
+    ], Verdict(verdict, w.safe), w.to_json())  # fmt: skip
 
 
 def diff_document(d: DiffResult) -> Document:
@@ -121,15 +114,15 @@ def diff_document(d: DiffResult) -> Document:
           f"{pct(r.base_share)} -> {pct(r.new_share)}"]
          for r in d.moved.itertuples()],
     )  # fmt: skip
-    return Document("fdprof diff", summary, [
-        lat, moved,
+    return Document("fdprof diff", [
+        Bullets(summary), lat, moved,
         _side_table("Time by span name (ms)", d.by_name, "name", b.label, n.label),
         _side_table("Time by role (ms)", d.by_role, "role", b.label, n.label),
         _frame_table(f"Locks in {b.label} (ms)", _ms_cols(b.locks),
                      ["name", "role", "count", "total", "p50", "p90", "p99"]),
         _frame_table(f"Locks in {n.label} (ms)", _ms_cols(n.locks),
                      ["name", "role", "count", "total", "p50", "p90", "p99"]),
-    ])  # fmt: skip
+    ], data=d.to_json())  # fmt: skip
 
 
 def ratio_text(r: RatioCI) -> str:
@@ -195,6 +188,15 @@ def _kinds_table(kinds: pd.DataFrame) -> Table:
         for r in kinds.head(MAX_ROWS).itertuples()
     ]  # fmt: skip
     return Table("Races by kind (what raced with what)", headers, rows, _more(len(kinds)))
+
+
+def _kind_lines(kinds: pd.DataFrame) -> list[str]:
+    """The race kinds in a line each, for the verdict: what raced with what, how often."""
+    return [
+        f"{_name(r.name_a)} ({r.role_a or '-'}) / {_name(r.name_b)} ({r.role_b or '-'}), "
+        f"{' / '.join(_ACCESS.get(m, m) for m in r.modes)}: {_cell(r.pairs)} pair(s)"
+        for r in kinds.head(MAX_ROWS).itertuples()
+    ]
 
 
 def _frame_table(title: str, df: pd.DataFrame, cols: list[str]) -> Table:

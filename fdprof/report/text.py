@@ -1,25 +1,35 @@
-"""Terminal rendering of analysis results: aligned columns, no colour, nothing else."""
+"""Terminal rendering of a report document: aligned columns, no colour, no charts."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from fdprof.report.tables import Document, Table, document
+from fdprof.report import document as D
+from fdprof.report.tables import as_document
 
 
 def render(result: Any) -> str:
-    """Any analysis result (hazards, what-if, diff) as terminal text."""
-    return render_document(document(result))
-
-
-def render_document(doc: Document) -> str:
-    lines = [doc.title, *(f"  {s}" for s in doc.summary)]
-    for table in doc.tables:
-        lines += ["", *_table(table)]
+    """A document, or any analysis result (hazards, what-if, diff), as terminal text."""
+    doc = as_document(result)
+    lines: list[str] = []
+    if doc.verdict is not None:
+        lines += [doc.verdict.line, *(f"  - {d}" for d in doc.verdict.details)]
+    lines.append(doc.title)
+    for i, block in enumerate(doc.blocks):
+        if isinstance(block, D.Bullets) and i == 0:
+            lines += [f"  {item}" for item in block.items]
+            continue
+        out = _block(block)
+        if out:
+            lines += ["", *out]
     return "\n".join(lines) + "\n"
 
 
-def _table(t: Table) -> list[str]:
+def _block(block: D.Block) -> list[str]:
+    return D.draw(block, _DRAWERS, "text")
+
+
+def _table(t: D.Table) -> list[str]:
     out = [t.title]
     if t.rows:
         widths = [max(len(h), *(len(r[i]) for r in t.rows)) for i, h in enumerate(t.headers)]
@@ -30,3 +40,14 @@ def _table(t: Table) -> list[str]:
                 for r in t.rows]  # fmt: skip
     out += [f"  {n}" for n in t.notes]
     return out
+
+
+_DRAWERS = {
+    D.Heading: lambda b: [b.text, "=" * len(b.text)],
+    D.Paragraph: lambda b: [b.text],
+    D.Bullets: lambda b: [f"  - {item}" for item in b.items],
+    D.Table: _table,
+    D.Chart: lambda b: [f"{b.title}: {b.summary}"] if b.summary else [],
+    D.Links: lambda b: [b.title, *(f"  {text}: {href}" for text, href in b.items)],
+    D.Code: lambda b: [b.title, *(f"  {line}" for line in b.text.splitlines())],
+}

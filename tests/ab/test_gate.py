@@ -77,7 +77,7 @@ def test_fault_ab_exits_1_with_unsafe_on_top_of_every_report(fault_ab):
     assert (out / "report.md").read_text().startswith("**UNSAFE, ")
     html = (out / "report.html").read_text()
     body = html.split("<body>", 1)[1]
-    assert body.startswith("<div class='verdict unsafe'><b>UNSAFE, ")
+    assert body.startswith("<div class='verdict alarm' id='verdict'><b>UNSAFE, ")
     assert "execute_model (worker) read / swap (transfer) write" in body.split("</div>")[0]
     verdict = json.loads((out / "ab.json").read_text())["verdict"]
     assert verdict["safety"] == "UNSAFE" and verdict["exit_code"] == 1

@@ -116,13 +116,16 @@ def test_a_trace_without_kv_accesses_is_not_called_clean(fdprof, tmp_path):
     bare.write_text(
         json.dumps([{"ph": "X", "name": "step", "pid": 1, "tid": 1, "ts": 0, "dur": 5}])
     )
-    for extra in ((), ("--what-if", "drop-lock"), ("--json",)):
+    message = (f"{bare}: no KV-block accesses (kv.* span attributes) to check; an Nsight "
+               "Systems export needs --join RUN_DIR, a foreign trace has none")  # fmt: skip
+    for extra in ((), ("--what-if", "drop-lock"), ("--json",), ("--format", "json")):
         r = fdprof("hazards", bare, *extra)
-        assert r.returncode == 2 and r.stdout == ""
-        assert r.stderr == (
-            f"fdprof hazards: {bare}: no KV-block accesses (kv.* span attributes) to check; an "
-            "Nsight Systems export needs --join RUN_DIR, a foreign trace has none\n"
-        )
+        assert r.returncode == 2 and r.stderr == f"fdprof hazards: {message}\n"
+        if "json" in str(extra):  # a script reading stdout gets one JSON object, an error too
+            error = {"command": "hazards", "message": message, "exit_code": 2}
+            assert json.loads(r.stdout) == {"error": error}
+        else:
+            assert r.stdout == ""
 
 
 def test_the_report_says_how_much_it_checked(files, fdprof):

@@ -1,0 +1,107 @@
+"""The two sides of an A/B: what one run of a mode is. Any shell command, or the built-in engine.
+
+Why one protocol: the session (:mod:`fdprof.ab.session`) runs, times and judges every run the
+same way whatever produced it; a mode only has to leave a trace in the run directory it is
+given. A command gets it through ``FDPROF_RUN_DIR`` (``fdprof.probe.configure_from_env`` in
+each of its processes) and its pair index through ``FDPROF_AB_PAIR`` (to seed its workload);
+the built-in engine is run in this process by :func:`engine.launcher.run_engine`.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Protocol
+
+from fdprof.capture.plan import CapturePlan
+from fdprof.errors import FdprofError
+from fdprof.probe.api import RUN_DIR_ENV
+from fdprof.probe.run_manifest import MANIFEST, write_run_manifest
+
+#: the pair index of a command's run (0, 1, ...): the same in both modes, a seed to share
+PAIR_ENV = "FDPROF_AB_PAIR"
+#: lines of a failed command's stderr quoted in the error
+_TAIL_LINES = 1
+
+
+class Arm(Protocol):
+    """One mode of an A/B. ``key`` names its run directories, ``label`` its rows."""
+
+    key: str
+    label: str
+    #: run the lock what-if on this mode's runs (the lock A/B's baseline)
+    what_if: bool
+
+    def settings(self) -> dict[str, Any]:
+        """What this mode runs with, for the report's configuration block."""
+        ...
+
+    def run(self, run_dir: Path, pair: int) -> None:
+        """One run recording into ``run_dir``; raises :class:`FdprofError` if it fails."""
+        ...
+
+
+@dataclass(frozen=True)
+class CommandArm:
+    """A shell command, run once per pair with its own run directory in the environment."""
+
+    key: str
+    label: str
+    command: str
+    what_if: bool = False
+
+    def settings(self) -> dict[str, Any]:
+        return {"command": self.command}
+
+    def run(self, run_dir: Path, pair: int) -> None:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        env = {**os.environ, RUN_DIR_ENV: str(run_dir), PAIR_ENV: str(pair)}
+        with (run_dir / "stdout.log").open("wb") as out, (run_dir / "stderr.log").open("wb") as err:
+            code = subprocess.run(self.command, shell=True, env=env, stdout=out, stderr=err,
+                                  stdin=subprocess.DEVNULL).returncode  # fmt: skip
+        if code != 0:
+            raise FdprofError(f"the command exited with code {code}{_stderr_tail(run_dir)}")
+        if not any(run_dir.glob("*.rec")) and not (run_dir / MANIFEST).exists():
+            raise FdprofError(
+                f"the command left no trace in {run_dir} (does every process call "
+                f"fdprof.probe.configure_from_env and read {RUN_DIR_ENV}?)"
+            )
+        if not (run_dir / MANIFEST).exists():
+            write_run_manifest(run_dir, status="ok", config=self.settings())
+
+
+def _stderr_tail(run_dir: Path) -> str:
+    lines = (run_dir / "stderr.log").read_text(errors="replace").strip().splitlines()
+    return f": {' / '.join(lines[-_TAIL_LINES:])}" if lines else ""
+
+
+@dataclass(frozen=True)
+class EngineArm:
+    """The built-in engine with one KV-lock mode; pair ``i`` runs seed ``config.seed + i``."""
+
+    key: str
+    label: str
+    config: Any  # engine.config.EngineConfig (the engine is imported only when it runs)
+    capture: CapturePlan
+    what_if: bool = False
+
+    def settings(self) -> dict[str, Any]:
+        from engine.workloads import sized_for_workload
+
+        cfg = sized_for_workload(self.config)
+        return {
+            **cfg.to_dict(),
+            "seed": f"{cfg.seed} + pair index",
+            "fault_delay_ms": cfg.copy_delay_s * 1000,  # the delay in effect, not the flag
+        }
+
+    def run(self, run_dir: Path, pair: int) -> None:
+        from engine.launcher import run_engine
+
+        cfg = replace(self.config, seed=self.config.seed + pair)
+        probe_config = self.capture.probe_config(run_dir, cfg.kv_lock)
+        observers, env = self.capture.observers_and_env(probe_config)
+        run_engine(cfg, probe_config, observers, env=env)
+        self.capture.finish(run_dir)

@@ -1,0 +1,194 @@
+"""One A/B run judged from its trace alone: throughput, steps, serving latency, hazards,
+integrity, a timeline excerpt, and its Perfetto copy.
+
+Why from the trace: a command's own output is whatever its author printed; the trace says the
+same thing for every engine. Throughput is requests finished per second of serving (first
+request's arrival to last one's end) where the trace has ``request`` spans, else step tokens
+(``batch.tokens``) per second of steps, else steps per second: the same work in both modes, so
+the ratio is the gain.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from fdprof import semconv as S
+from fdprof.analysis.breakdown import step_breakdown
+from fdprof.analysis.hazards import find_hazards
+from fdprof.analysis.whatif import what_if_drop_lock
+from fdprof.errors import FdprofError
+from fdprof.probe.run_manifest import MANIFEST
+from fdprof.trace import load, save
+from fdprof.trace.model import Trace
+
+#: throughput units, in order of preference (the first every run of a session has wins)
+UNITS = ("requests/s", "tokens/s", "steps/s")
+#: span names drawn in the timeline excerpt, one lane each, with the part each one paints
+TIMELINE_SPANS = {
+    S.EXECUTE_MODEL: "compute",
+    S.ISSUE_SWAP_TASK: "swap_blocking",
+    S.SWAP: "swap_blocking",
+    S.LOCK_WAIT: "lock_wait",
+}
+TIMELINE_WINDOW_NS = 400_000_000
+#: a run whose manifest says this did not finish
+_FAILED = ("crashed", "failed", "interrupted", "running")
+
+
+@dataclass
+class RunOutcome:
+    """One run and what the analyses found in it (times in ns unless named otherwise)."""
+
+    mode: str
+    label: str
+    index: int
+    run_dir: Path
+    throughput: dict[str, float]
+    breakdown: pd.DataFrame
+    hazard_counts: dict[str, int]
+    race_kinds: pd.DataFrame
+    mismatches: int
+    #: one row per finished request: ``e2e``, ``ttft`` and ``tpot`` (NaN where unknown)
+    requests: pd.DataFrame
+    what_if_newly_unordered: int | None = None
+    #: span name -> (start, end) ms of its spans in the excerpt window
+    timeline: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
+    timeline_window: tuple[float, float] = (0.0, 0.0)
+    perfetto: Path | None = None
+    manifest: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        """How reports name the run: its mode and pair index."""
+        return f"{self.label} #{self.index}"
+
+    @property
+    def step_ms(self) -> np.ndarray:
+        return self.breakdown["duration"].to_numpy(float) / 1e6
+
+    def to_json(self, unit: str) -> dict[str, Any]:
+        out = {
+            "mode": self.mode,
+            "label": self.label,
+            "index": self.index,
+            "throughput": self.throughput.get(unit),
+            "throughput_unit": unit,
+            "steps": len(self.breakdown),
+            "requests": len(self.requests),
+            "integrity_mismatches": self.mismatches,
+            "hazards": self.hazard_counts,
+            "trace": str(self.run_dir),
+            "perfetto": None if self.perfetto is None else str(self.perfetto),
+        }
+        if self.what_if_newly_unordered is not None:
+            out["what_if_drop_lock_newly_unordered"] = self.what_if_newly_unordered
+        return out
+
+
+def analyse_run(
+    mode: str, label: str, index: int, run_dir: Path, what_if: bool, perfetto_dir: Path | None
+) -> RunOutcome:
+    """Load ``run_dir``'s trace and judge it; a run that did not finish, or whose trace has
+    no steps, is an error (the session names the run)."""
+    manifest = _manifest(run_dir)
+    if manifest.get("status") in _FAILED:
+        why = manifest.get("error") or f"status {manifest['status']!r}"
+        raise FdprofError(f"the run did not finish: {why}")
+    trace = load(run_dir)
+    breakdown = step_breakdown(trace)
+    if breakdown.empty:
+        raise FdprofError(f"{run_dir}: the trace has no steps")
+    wi = what_if_drop_lock(trace) if what_if else None
+    hazards = wi.with_lock if wi is not None else find_hazards(trace)
+    outcome = RunOutcome(
+        mode, label, index, run_dir, throughput(trace, breakdown), breakdown, hazards.counts,
+        hazards.kinds, _mismatches(trace, manifest), request_latencies(trace),
+        None if wi is None else len(wi.newly_unordered), manifest=manifest,
+    )  # fmt: skip
+    outcome.timeline, outcome.timeline_window = _timeline_excerpt(trace)
+    if perfetto_dir is not None:
+        perfetto_dir.mkdir(parents=True, exist_ok=True)
+        outcome.perfetto = perfetto_dir / f"{mode}-{index}.json"
+        save(trace, outcome.perfetto, "perfetto")
+    return outcome
+
+
+def _manifest(run_dir: Path) -> dict[str, Any]:
+    path = run_dir / MANIFEST
+    if not path.exists():
+        return {}
+    try:
+        return json.loads(path.read_text())
+    except ValueError as exc:
+        raise FdprofError(f"{path}: not JSON ({exc})") from None
+
+
+def throughput(trace: Trace, breakdown: pd.DataFrame) -> dict[str, float]:
+    """The run's throughput in every unit of :data:`UNITS` its trace supports."""
+    out: dict[str, float] = {}
+    req = _finished_requests(trace)
+    if len(req):
+        window = (req["end"].max() - req["start"].min()) / 1e9
+        if window > 0:
+            out["requests/s"] = len(req) / window
+    step_window = (breakdown["end"].max() - breakdown["start"].min()) / 1e9
+    if step_window > 0:
+        tokens = breakdown["tokens"].sum()
+        if breakdown["tokens"].notna().any() and tokens > 0:
+            out["tokens/s"] = float(tokens) / step_window
+        out["steps/s"] = len(breakdown) / step_window
+    return out
+
+
+def _finished_requests(trace: Trace) -> pd.DataFrame:
+    spans = trace.spans
+    return spans[(spans["name"].astype(str) == S.REQUEST) & (spans["end"] != -1)]
+
+
+def request_latencies(trace: Trace) -> pd.DataFrame:
+    """Per finished request, ms: end-to-end (arrival to last token), time to first token and
+    time per output token after the first (from ``fd.first_token_ns`` and
+    ``request.output_tokens`` on the request spans; NaN where a span lacks them)."""
+    req = _finished_requests(trace).set_index("span_id")
+    start, end = req["start"].astype(float), req["end"].astype(float)
+    first = pd.to_numeric(trace.attr(S.FIRST_TOKEN_NS), errors="coerce").reindex(req.index)
+    tokens = pd.to_numeric(trace.attr(S.OUTPUT_TOKENS), errors="coerce").reindex(req.index)
+    ttft = (first.astype(float) - start).where(first.astype(float) >= start)
+    decode = tokens.astype(float) - 1
+    tpot = ((end - first.astype(float)) / decode).where(decode > 0)
+    return pd.DataFrame({"e2e": (end - start) / 1e6, "ttft": ttft / 1e6, "tpot": tpot / 1e6})
+
+
+def _mismatches(trace: Trace, manifest: dict[str, Any]) -> int:
+    """Blocks whose content did not match what was written: ``kv.mismatches`` in the trace,
+    or the run's own integrity count in ``run.json`` where that says more."""
+    listed = trace.attr(S.KV_MISMATCHES)
+    in_trace = int(sum(len(v) for v in listed if v is not None)) if len(listed) else 0
+    integrity = (manifest.get("results") or {}).get("integrity") or {}
+    return max(in_trace, int(integrity.get("mismatches") or 0))
+
+
+def _timeline_excerpt(trace: Trace) -> tuple[dict, tuple[float, float]]:
+    """Spans of :data:`TIMELINE_SPANS` in a window around the middle swap (ms)."""
+    spans = trace.spans[trace.spans["end"] != -1]
+    names = spans["name"].astype(str)
+    swaps = spans[names == S.SWAP]
+    if swaps.empty:
+        center = int(spans["start"].median()) if not spans.empty else 0
+    else:
+        center = int(swaps["start"].iloc[len(swaps) // 2])
+    t0, t1 = center - TIMELINE_WINDOW_NS // 4, center + 3 * TIMELINE_WINDOW_NS // 4
+    lanes = {}
+    for span_name in TIMELINE_SPANS:
+        sel = spans[(names == span_name) & (spans["end"] > t0) & (spans["start"] < t1)]
+        lanes[span_name] = [
+            (max(s, t0) / 1e6, min(e, t1) / 1e6)
+            for s, e in zip(sel["start"], sel["end"], strict=True)
+        ]
+    return lanes, (t0 / 1e6, t1 / 1e6)

@@ -1,0 +1,244 @@
+"""The A/B report as a document: verdict, the gain against what was possible, throughput and
+step latency, serving latency, where the time went, every run (with its Perfetto trace), and
+what each mode ran with. Any renderer draws it (:mod:`fdprof.report.render`)."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+
+from fdprof.ab.runs import TIMELINE_SPANS
+from fdprof.ab.session import SERVING, ABResult
+from fdprof.analysis.breakdown import PARTS
+from fdprof.analysis.stats import RatioCI, spread
+from fdprof.report import document as D
+
+#: how the parts read on axes and in legends
+PART_NAMES = {"compute": "compute", "lock_wait": "lock wait", "swap_blocking": "swap (blocking)",
+              "idle": "idle"}  # fmt: skip
+
+
+def build(result: ABResult) -> D.Document:
+    v = result.verdict
+    bl, nl = result.labels
+    blocks: list[D.Block] = [
+        D.Bullets(findings(result)),
+        gain_chart(result),
+        D.Heading("Throughput and step latency"),
+        D.Table(f"Per mode ({result.unit} from the traces; step latency ms)",
+                ["mode", f"{result.unit} median", "min - max", "step p50", "p90", "p99",
+                 "steps"], [_mode_row(result, m, lab) for m, lab in zip(result.modes,
+                                                                       result.labels,
+                                                                       strict=True)]),
+        throughput_chart(result),
+        latency_cdf(result),
+        D.Heading("Serving latency per request"),
+        *serving_blocks(result),
+        D.Heading("Where the time went"),
+        D.Paragraph("Each step's wall time painted in priority order: compute "
+                    "(execute_model), lock wait, swap blocking (issue_swap_task not hidden by "
+                    "compute), idle. Mean ms per step, every run weighing the same; the change "
+                    f"is {nl} minus {bl} over the pairs, with its 95% CI."),
+        breakdown_table(result),
+        breakdown_chart(result),
+        *(timeline_chart(result, mode, label)
+          for mode, label in zip(result.modes, result.labels, strict=True)),
+        D.Heading("Every run"),
+        runs_table(result),
+        *perfetto_links(result),
+        D.Heading("Configuration"),
+        settings_table(result),
+    ]  # fmt: skip
+    verdict = D.Verdict(v.line, v.exit_code == 0, v.kind_lines())
+    return D.Document(f"fdprof A/B: {bl} vs {nl}", blocks, verdict, result.to_json())
+
+
+def _ci(c: RatioCI, digits: int = 3) -> str:
+    return f"{c.ratio:.{digits}f}x (95% CI {c.lo:.{digits}f}-{c.hi:.{digits}f})"
+
+
+def findings(result: ABResult) -> list[str]:
+    """The findings, one sentence each, in the order a reviewer needs them."""
+    g, ideal, k = result.gain, result.ideal, len(result.runs) // 2
+    bl, nl = result.labels
+    reading = (
+        "the interval includes 1.0: this A/B cannot tell the modes apart"
+        if g.includes_one
+        else (f"{nl} is faster" if g.ratio > 1 else f"{nl} is slower")
+    )
+    hb, hn = result.hazards(result.modes[0]), result.hazards(result.modes[1])
+    lines = [
+        f"Throughput gain ({nl} / {bl}, {result.unit} from the traces): {_ci(g)}, geometric "
+        f"mean over {k} pairs, Student t; {reading}.",
+        f"Ideal gain if the {bl} runs' swaps and lock waits overlapped compute perfectly: "
+        f"{_ci(ideal)} (from the {bl} runs' own spans, over {k} runs).",
+        f"Where it came from, {nl} - {bl} ms per step [95% CI]: "
+        + ", ".join(f"{PART_NAMES[p]} {c.delta:+.2f} [{c.lo:+.2f}, {c.hi:+.2f}]"
+                    for p, c in result.breakdown_change().items()) + ".",
+        f"Races: {bl} {hb['races']} ({hb['latent']} latent), {nl} {hn['races']} "
+        f"({hn['latent']} latent); clock alarms {hb['clock_alarms'] + hn['clock_alarms']}, "
+        f"instrumentation gaps {hb['gaps'] + hn['gaps']}.",
+    ]  # fmt: skip
+    what_if = result.what_if_newly_unordered
+    if what_if is not None:
+        lines.append(
+            f"Lock what-if on the {bl} runs: "
+            + ("dropping the lock's edges leaves every KV access ordered by the protocol itself."
+               if what_if == 0 else f"dropping the lock's edges leaves {what_if} pairs of KV "
+               "accesses unordered: the lockless protocol must order them itself.")
+        )  # fmt: skip
+    lines.append(f"KV integrity: {result.integrity_mismatches} mismatching blocks over all runs.")
+    return lines
+
+
+def gain_chart(result: ABResult) -> D.Chart:
+    """How much faster, against what was possible: the gain and the ideal gain, with CIs."""
+    g, ideal = result.gain, result.ideal
+    bars = [("measured gain", g, D.MODE_COLORS[1]), ("ideal gain", ideal, D.PART_COLORS["compute"])]
+    series = [
+        D.Series(name, [name], [c.ratio], style="markers", color=color,
+                 error=([c.ratio - c.lo], [c.hi - c.ratio]),
+                 hover=[f"{name}: {_ci(c)}"])
+        for name, c, color in bars
+    ]  # fmt: skip
+    return D.Chart(
+        f"Gain ({result.labels[1]} / {result.labels[0]}) beside the ideal gain, 95% CIs",
+        "",
+        f"throughput ratio (x, {result.unit}; log scale)",
+        series,
+        log_y=True,
+        reference_y=1.0,
+        summary=f"gain {_ci(g)}, ideal {_ci(ideal)}",
+    )
+
+
+def _mode_row(result: ABResult, mode: str, label: str) -> list[str]:
+    t, s = spread(result.throughput(mode)), spread(result.step_ms(mode))
+    return [label, f"{t['p50']:.2f}", f"{t['min']:.2f} - {t['max']:.2f}", f"{s['p50']:.1f}",
+            f"{s['p90']:.1f}", f"{s['p99']:.1f}", str(s["n"])]  # fmt: skip
+
+
+def throughput_chart(result: ABResult) -> D.Chart:
+    series = [
+        D.Series(label, [r.index for r in result.of(mode)], result.throughput(mode),
+                 style="lines+markers", color=D.MODE_COLORS[i])
+        for i, (mode, label) in enumerate(zip(result.modes, result.labels, strict=True))
+    ]  # fmt: skip
+    return D.Chart("Throughput per run (pairs share an index)", "pair (run index)",
+                   f"throughput ({result.unit})", series, integer_x=True)  # fmt: skip
+
+
+def latency_cdf(result: ABResult) -> D.Chart:
+    series = []
+    for i, (mode, label) in enumerate(zip(result.modes, result.labels, strict=True)):
+        ms = np.sort(result.step_ms(mode))
+        ms = ms[ms > 0]
+        frac = np.arange(1, len(ms) + 1) / max(len(ms), 1)
+        series.append(D.Series(label, ms.tolist(), frac.tolist(), color=D.MODE_COLORS[i]))
+    return D.Chart("Step latency CDF (log time axis)", "step duration (ms, log scale)",
+                   "fraction of steps", series, log_x=True)  # fmt: skip
+
+
+def serving_blocks(result: ABResult) -> list[D.Block]:
+    """p50/p90/p99 of TTFT, TPOT and E2E per mode with CIs, and their change; a note where the
+    traces do not carry what a metric needs."""
+    bl, nl = result.labels
+    rows, missing = [], []
+    for metric, name in SERVING.items():
+        per_mode = [result.serving(m, metric) for m in result.modes]
+        change = result.serving_change(metric)
+        if per_mode[0] is None or per_mode[1] is None or change is None:
+            missing.append(name)
+            continue
+        for q in per_mode[0]:
+            b, n, c = per_mode[0][q], per_mode[1][q], change[q]
+            rows.append([f"{name} p{q}", f"{b.ratio:.2f} [{b.lo:.2f}, {b.hi:.2f}]",
+                         f"{n.ratio:.2f} [{n.lo:.2f}, {n.hi:.2f}]", _ci(c)])  # fmt: skip
+    notes = ["Per mode: percentiles over every request of the mode, 95% bootstrap CI over "
+             f"requests. Change: {nl} / {bl}, the geometric mean over the pairs of each run's "
+             "own percentile, Student t (as the gain)."]  # fmt: skip
+    if missing:
+        notes.append(
+            f"Not measured ({', '.join(missing)}): the request spans carry no "
+            "fd.first_token_ns / request.output_tokens, or there are no request spans."
+        )
+    return [D.Table("Serving latency (ms) [95% CI]", ["metric", bl, nl, "change"], rows, notes)]
+
+
+def breakdown_table(result: ABResult) -> D.Table:
+    change = result.breakdown_change()
+    rows = [[label, *(f"{result.breakdown_ms(m)[p]:.2f}" for p in PARTS)]
+            for m, label in zip(result.modes, result.labels, strict=True)]  # fmt: skip
+    rows.append(["change [95% CI]", *(f"{change[p].delta:+.2f} [{change[p].lo:+.2f}, "
+                                      f"{change[p].hi:+.2f}]" for p in PARTS)])  # fmt: skip
+    return D.Table("Mean ms per step by part", ["mode", *(PART_NAMES[p] for p in PARTS)], rows)
+
+
+def breakdown_chart(result: ABResult) -> D.Chart:
+    series = [
+        D.Series(PART_NAMES[p], list(result.labels),
+                 [result.breakdown_ms(m)[p] for m in result.modes], style="bar",
+                 color=D.PART_COLORS[p])
+        for p in PARTS
+    ]  # fmt: skip
+    return D.Chart("Mean step time by part", "", "time per step (ms)", series, stacked=True)
+
+
+def timeline_chart(result: ABResult, mode: str, label: str) -> D.Chart:
+    """A window of the mode's first run: one lane per span name, coloured by its part."""
+    run = result.of(mode)[0]
+    t0, _ = run.timeline_window
+    series = []
+    for name, boxes in run.timeline.items():
+        part = TIMELINE_SPANS[name]
+        series.append(D.Series(
+            f"{name} ({PART_NAMES[part]})", [e - s for s, e in boxes], [name] * len(boxes),
+            style="hbar", color=D.PART_COLORS[part], base=[s - t0 for s, _ in boxes],
+            hover=[f"{name}: {s - t0:.1f}-{e - t0:.1f} ms ({e - s:.2f} ms)" for s, e in boxes],
+        ))  # fmt: skip
+    return D.Chart(f"Timeline excerpt, {label} (run {run.name})", "time in window (ms)", "",
+                   series)  # fmt: skip
+
+
+def runs_table(result: ABResult) -> D.Table:
+    headers = ["run", "mode", result.unit, "steps", "requests", "races", "latent", "alarms",
+               "gaps", "integrity mismatches", "what-if unordered"]  # fmt: skip
+    rows = []
+    for r in result.runs:
+        h = r.hazard_counts
+        rows.append([str(r.index), r.label, f"{r.throughput[result.unit]:.2f}",
+                     str(len(r.breakdown)), str(len(r.requests)), str(h["races"]),
+                     str(h["latent"]), str(h["clock_alarms"]), str(h["gaps"]), str(r.mismatches),
+                     "-" if r.what_if_newly_unordered is None
+                     else str(r.what_if_newly_unordered)])  # fmt: skip
+    return D.Table("Every run, in the order it ran", headers, rows)
+
+
+def perfetto_links(result: ABResult) -> list[D.Block]:
+    items = [(f"{r.name}: {r.perfetto.name}", _relative(r.perfetto, result.out_dir))
+             for r in result.runs if r.perfetto is not None]  # fmt: skip
+    if not items:
+        return []
+    return [D.Links("Each run's trace, for ui.perfetto.dev (Open trace file)", items)]
+
+
+def _relative(path: Path, base: Path) -> str:
+    return Path(os.path.relpath(path, base)).as_posix()
+
+
+def settings_table(result: ABResult) -> D.Table:
+    """One row per setting, one column per mode: what each mode really ran with."""
+    settings = result.settings()
+    keys = list(dict.fromkeys(k for s in settings.values() for k in s))
+    rows = []
+    for key in keys:
+        values = [_setting(settings[m].get(key, "-")) for m in result.modes]
+        rows.append([key, *values, "" if values[0] == values[1] else "differs"])
+    return D.Table("What each mode ran with", ["setting", *result.labels, ""], rows)
+
+
+def _setting(value) -> str:
+    return value if isinstance(value, str) else json.dumps(value, default=str)

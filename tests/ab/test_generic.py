@@ -1,0 +1,102 @@
+"""``fdprof ab --baseline CMD --candidate CMD``: any engine, judged from its traces."""
+
+import json
+import math
+
+import pytest
+
+from .conftest import fdprof_ab, toy
+
+
+def test_two_commands_run_interleaved_each_in_its_own_directory(toy_ab):
+    out, result = toy_ab
+    assert result.returncode == 0, result.stderr
+    data = json.loads((out / "ab.json").read_text())
+    runs = data["runs"]
+    assert [(r["mode"], r["index"]) for r in runs] == [
+        ("baseline", 0), ("candidate", 0), ("candidate", 1), ("baseline", 1),
+        ("baseline", 2), ("candidate", 2),
+    ]  # ABBA  # fmt: skip
+    for r in runs:
+        run_dir = out / "runs" / f"{r['mode']}-{r['index']}"
+        assert r["trace"] == str(run_dir) and list(run_dir.glob("engine-0-*.rec"))
+        assert json.loads((run_dir / "run.json").read_text())["status"] == "ok"
+        assert r["steps"] == 4 and r["requests"] == 3  # counted in the trace
+
+
+def test_statistics_come_from_the_traces(toy_ab):
+    out, _ = toy_ab
+    data = json.loads((out / "ab.json").read_text())
+    assert data["throughput_unit"] == "requests/s"
+    by = {(r["mode"], r["index"]): r["throughput"] for r in data["runs"]}
+    ratios = [by["candidate", i] / by["baseline", i] for i in range(3)]
+    geo = math.exp(sum(map(math.log, ratios)) / 3)
+    assert data["gain"]["ratio"] == pytest.approx(geo)
+    lo, hi = data["gain"]["ci95"]
+    assert lo <= geo <= hi and data["gain"]["method"] == "Student t on log ratios, 3 units"
+    assert data["baseline"]["label"] == "slow" and data["candidate"]["label"] == "fast"
+    for mode in ("baseline", "candidate"):
+        serving = data[mode]["serving_ms"]
+        for metric in ("ttft", "tpot", "e2e"):  # first-token times and token counts recorded
+            p50 = serving[metric]["p50"]
+            assert p50["ci95"][0] <= p50["ms"] <= p50["ci95"][1] and p50["ms"] > 0
+        assert serving["ttft"]["p50"]["ms"] < serving["e2e"]["p50"]["ms"]
+    assert set(data["serving_change"]["e2e"]) == {"p50", "p90", "p99"}
+    assert data["what_if_drop_lock"] is None  # no lock A/B: not run
+    assert data["verdict"]["safety"] == "SAFE" and data["verdict"]["exit_code"] == 0
+    settings = data["settings"]
+    assert settings["baseline"]["command"].endswith("--step-ms 4")
+    assert settings["candidate"]["command"].endswith("--step-ms 2")
+
+
+def test_each_run_is_converted_for_perfetto_and_linked(toy_ab):
+    out, _ = toy_ab
+    html = (out / "report.html").read_text()
+    for mode, i in (("baseline", 0), ("candidate", 2)):
+        trace = out / "perfetto" / f"{mode}-{i}.json"
+        assert any(e.get("name") == "execute_model"
+                   for e in json.loads(trace.read_text())["traceEvents"])  # fmt: skip
+        assert f"href='perfetto/{mode}-{i}.json'" in html
+
+
+def test_a_race_in_one_command_fails_the_gate(tmp_path):
+    r = fdprof_ab("--baseline", toy(), "--candidate", toy("--race"), "--runs", 2,
+                  "--out", tmp_path, "--format", "json")  # fmt: skip
+    assert r.returncode == 1, r.stderr
+    verdict = json.loads(r.stdout)["verdict"]
+    assert verdict["safety"] == "UNSAFE"
+    assert verdict["unsafe_runs"] == ["candidate #0", "candidate #1"]
+    assert verdict["races"] == {"baseline": 0, "candidate": 8}
+    (kind,) = verdict["race_kinds"]
+    assert kind.startswith("execute_model (engine) write / execute_model (engine) write: 8 pair")
+    assert kind.endswith(", in 2 run(s)")
+
+
+@pytest.mark.parametrize(
+    ("candidate", "why"),
+    [
+        (toy("--exit", "3"), "the command exited with code 3"),
+        (toy("--no-probe"), "the command left no trace in"),
+    ],
+)
+def test_a_failed_run_is_exit_2_naming_it(tmp_path, candidate, why):
+    r = fdprof_ab("--baseline", toy(), "--candidate", candidate, "--runs", 2, "--out", tmp_path)
+    assert r.returncode == 2
+    (line,) = r.stderr.strip().splitlines()
+    assert line.startswith(f"fdprof ab: run candidate #0 ({tmp_path / 'runs' / 'candidate-0'}): ")
+    assert why in line
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--baseline", "true"], "--baseline and --candidate go together"),
+        (["--baseline", "a", "--candidate", "b", "--names", "x", "x"], "need different names"),
+        (["--names", "a", "b"], "--names names the commands"),
+        (["--baseline", "a", "--candidate", "b", "--runs", "1"], "--runs must be at least 2"),
+    ],
+)
+def test_bad_options_are_one_line_exit_2(tmp_path, args, message):
+    r = fdprof_ab(*args, "--out", tmp_path, timeout=120)
+    assert r.returncode == 2 and message in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
