@@ -1,7 +1,11 @@
-"""A free list of KV block ids. LIFO, as real allocators tend to be: a freed block is the next
-one handed out, which is also what makes a premature free show up as corruption at once."""
+"""A free list of KV block ids, as FastDeploy's allocator keeps it: a heap, so allocation takes
+the smallest free id first (``heappop``) and a freed id goes back into the heap. A block freed
+too early is handed out again as soon as it is the smallest free one, which under the steady
+churn of a serving engine is soon."""
 
 from __future__ import annotations
+
+import heapq
 
 
 class OutOfBlocks(Exception):
@@ -11,7 +15,7 @@ class OutOfBlocks(Exception):
 class BlockAllocator:
     def __init__(self, num_blocks: int) -> None:
         self.num_blocks = num_blocks
-        self._free = list(range(num_blocks - 1, -1, -1))
+        self._free = list(range(num_blocks))  # sorted: already a heap
         self._used: set[int] = set()
 
     @property
@@ -19,10 +23,10 @@ class BlockAllocator:
         return len(self._free)
 
     def allocate(self, n: int) -> list[int]:
-        """``n`` block ids, all or none."""
+        """The ``n`` smallest free block ids, in increasing order; all or none."""
         if n > len(self._free):
             raise OutOfBlocks(f"asked for {n} blocks, {len(self._free)} free")
-        ids = [self._free.pop() for _ in range(n)]
+        ids = [heapq.heappop(self._free) for _ in range(n)]
         self._used.update(ids)
         return ids
 
@@ -31,4 +35,4 @@ class BlockAllocator:
             if b not in self._used:
                 raise ValueError(f"block {b} freed twice or never allocated")
             self._used.remove(b)
-            self._free.append(b)
+            heapq.heappush(self._free, b)

@@ -200,6 +200,10 @@ class CacheManager:
         """Keep ``n`` device blocks free: :meth:`evict_once` swaps out until they are."""
         self._want_free = n
 
+    @property
+    def wanted(self) -> int:
+        return self._want_free
+
     def evict_once(self) -> bool:
         """One swap-out of up to ``swap_batch`` blocks; False when nothing (more) is needed."""
         free_early = self.cfg.fault == "free-before-swap-out"

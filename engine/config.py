@@ -9,12 +9,17 @@ from dataclasses import asdict, dataclass, replace
 
 from fdprof.errors import FdprofError
 
-KV_LOCKS = ("ipc", "none")
+#: ipc: the baseline as FastDeploy ran it (one descriptor shared by the cache manager's
+#: threads, so they do not exclude each other); ipc-per-thread: the corrected lock (a
+#: descriptor per thread); none: lockless
+KV_LOCKS = ("ipc", "ipc-per-thread", "none")
+LOCKED = ("ipc", "ipc-per-thread")
 DEVICES = ("auto", "cpu", "cuda")
 WORKLOADS = ("prefix-swap", "no-swap")
 FAULTS = ("no-wait-swap-in", "free-before-swap-out", "ack-before-copy")
-#: the pre-fdprof switch of the baseline lock (FastDeploy PR #6724), still honoured
-LEGACY_LOCK_ENV = "FD_USE_KVCACHE_LOCK"
+#: the pre-fdprof switches of the baseline lock, still honoured: FastDeploy PR #6724 names the
+#: environment variable USE_KVCACHE_LOCK and the attribute FD_USE_KVCACHE_LOCK; both work
+LEGACY_LOCK_ENVS = ("USE_KVCACHE_LOCK", "FD_USE_KVCACHE_LOCK")
 
 
 class DeprecatedSetting(FutureWarning):
@@ -29,6 +34,9 @@ class EngineConfig:
     requests: int = 48
     seed: int = 0
     dp: int = 1
+    #: tensor-parallel ranks per DP group: each has its shard of the KV heads (of the device
+    #: pool) and its own transfer process
+    tp: int = 1
     fault: str | None = None
     #: ms the transfer process sleeps before a copy; None: 0 without a fault, 150 with one
     fault_delay_ms: float | None = None
@@ -61,6 +69,11 @@ class EngineConfig:
             (self.fault is None or self.fault in FAULTS, f"--fault must be one of {FAULTS}"),
             (self.requests >= 1, "--requests must be at least 1"),
             (self.dp >= 1, "--dp must be at least 1"),
+            (self.tp >= 1, "--tp must be at least 1"),
+            (
+                self.tp < 1 or self.kv_heads % self.tp == 0 == self.heads % self.tp,
+                f"--tp {self.tp} does not divide the model's {self.kv_heads} KV heads",
+            ),
             (
                 self.fault_delay_ms is None or self.fault_delay_ms >= 0,
                 "--fault-delay-ms must not be negative",
@@ -78,9 +91,21 @@ class EngineConfig:
             return self.fault_delay_ms / 1000
         return 0.15 if self.fault else 0.0
 
+    @property
+    def locked(self) -> bool:
+        return self.kv_lock in LOCKED
+
     def kv_shape(self, num_blocks: int) -> tuple[int, ...]:
-        """A KV pool: ``[layers, K|V, num_blocks, block_size, kv_heads, head_dim]``."""
-        return (self.layers, 2, num_blocks, self.block_size, self.kv_heads, self.head_dim)
+        """A TP rank's KV pool: ``[layers, K|V, num_blocks, block_size, kv_heads / tp,
+        head_dim]`` (each rank holds its shard of the KV heads)."""
+        return (
+            self.layers,
+            2,
+            num_blocks,
+            self.block_size,
+            self.kv_heads // self.tp,
+            self.head_dim,
+        )
 
     def pool_bytes(self, num_blocks: int) -> int:
         return math.prod(self.kv_shape(num_blocks)) * 4
@@ -93,16 +118,18 @@ class EngineConfig:
 
 
 def resolve_kv_lock(flag: str | None, env: dict[str, str] | None = None) -> str:
-    """The lock mode: an explicit flag wins; else ``FD_USE_KVCACHE_LOCK=1`` selects the baseline
-    (deprecated, so old scripts keep working); else the lockless engine."""
+    """The lock mode: an explicit flag wins; else ``USE_KVCACHE_LOCK=1`` or
+    ``FD_USE_KVCACHE_LOCK=1`` selects the baseline (deprecated, so old scripts keep working);
+    else the lockless engine."""
     if flag is not None:
         return flag
     env = os.environ if env is None else env
-    if env.get(LEGACY_LOCK_ENV, "").strip() in ("1", "true", "True"):
-        warnings.warn(
-            f"{LEGACY_LOCK_ENV}=1 is deprecated; use --kv-lock ipc",
-            DeprecatedSetting,
-            stacklevel=2,
-        )
-        return "ipc"
+    for name in LEGACY_LOCK_ENVS:
+        if env.get(name, "").strip() in ("1", "true", "True"):
+            warnings.warn(
+                f"{name}=1 is deprecated; use --kv-lock ipc",
+                DeprecatedSetting,
+                stacklevel=2,
+            )
+            return "ipc"
     return "none"

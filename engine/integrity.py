@@ -7,10 +7,9 @@ block overwritten or copied at the wrong moment is detected, not guessed.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from dataclasses import dataclass
-
 import torch
+
+from engine.results import IntegrityStats
 
 
 def _blocks(pool: torch.Tensor, ids: list[int]) -> torch.Tensor:
@@ -26,36 +25,21 @@ def fingerprints(pool: torch.Tensor, ids: list[int]) -> list[int]:
     return rows.sum(dim=1, dtype=torch.int64).tolist()
 
 
-@dataclass
-class IntegrityStats:
-    blocks_checked: int = 0
-    mismatches: int = 0
-    nan: int = 0
+class IntegrityChecker:
+    """Checks blocks against the fingerprints they must have, counting into :attr:`stats`."""
+
+    def __init__(self) -> None:
+        self.stats = IntegrityStats()
 
     def check(self, pool: torch.Tensor, ids: list[int], expected: list[int]) -> list[int]:
-        """Compare blocks ``ids`` with their ``expected`` fingerprints; the ids that differ."""
+        """Compare blocks ``ids`` with their ``expected`` fingerprints; the ids that differ.
+        Non-finite values in them are counted too."""
         if not ids:
             return []
         rows = _blocks(pool, ids).contiguous()
-        self.nan += int((~torch.isfinite(rows)).sum())
+        self.stats.nan += int((~torch.isfinite(rows)).sum())
         got = rows.view(torch.int32).sum(dim=1, dtype=torch.int64).tolist()
         bad = [b for b, g, e in zip(ids, got, expected, strict=True) if g != e]
-        self.blocks_checked += len(ids)
-        self.mismatches += len(bad)
+        self.stats.blocks_checked += len(ids)
+        self.stats.mismatches += len(bad)
         return bad
-
-    @staticmethod
-    def total(parts: Iterable[IntegrityStats]) -> IntegrityStats:
-        out = IntegrityStats()
-        for s in parts:
-            out.blocks_checked += s.blocks_checked
-            out.mismatches += s.mismatches
-            out.nan += s.nan
-        return out
-
-    def to_json(self) -> dict[str, int]:
-        return {
-            "blocks_checked": self.blocks_checked,
-            "mismatches": self.mismatches,
-            "nan": self.nan,
-        }

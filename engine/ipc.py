@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from engine import instrument as I
+from engine.messages import tp_seq
 from fdprof import probe
 
 SHM_DIR = Path("/dev/shm")
@@ -47,11 +48,17 @@ class RunPaths:
     def control(self) -> Path:
         return SHM_DIR / f"{self.prefix}-control"
 
-    def gpu_pool(self, rank: int) -> Path:
-        return SHM_DIR / f"{self.prefix}-gpu-{rank}"
+    def gpu_pool(self, rank: int, tp_rank: int = 0) -> Path:
+        """The device pool (CPU runs) of DP group ``rank``'s TP rank ``tp_rank``, made by
+        that rank's transfer process."""
+        return SHM_DIR / f"{self.prefix}-gpu-{rank}-{tp_rank}"
 
-    def signal(self, rank: int) -> Path:
-        return SHM_DIR / f"{self.prefix}-swapdone-{rank}"
+    def signal(self, rank: int, tp_rank: int = 0) -> Path:
+        return SHM_DIR / f"{self.prefix}-swapdone-{rank}-{tp_rank}"
+
+    def store(self, group: str) -> Path:
+        """The file store where the workers of a ``torch.distributed`` group meet."""
+        return SHM_DIR / f"{self.prefix}-dist-{group}"
 
     def leftovers(self) -> list[Path]:
         return sorted(SHM_DIR.glob(f"{self.prefix}-*"))
@@ -139,13 +146,18 @@ class SwapSignal:
         probe.get().release(I.SIGNAL_SWAP_DONE, task_id)
         self._a[task_id % SIGNAL_SLOTS] = task_id
 
+    def done(self, task_id: int) -> bool:
+        """Whether the task has completed, without waiting (True records the acquire)."""
+        if self._a[task_id % SIGNAL_SLOTS] != task_id:
+            return False
+        probe.get().acquire(I.SIGNAL_SWAP_DONE, task_id)
+        return True
+
     def wait(self, task_id: int, control: Control) -> None:
-        slot = task_id % SIGNAL_SLOTS
-        while self._a[slot] != task_id:
+        while not self.done(task_id):
             if control.stopping:
                 raise Stopped
             time.sleep(POLL_S)
-        probe.get().acquire(I.SIGNAL_SWAP_DONE, task_id)
 
 
 class KvLock:
@@ -207,20 +219,24 @@ class PerThreadKvLock:
 
 class TransferPort:
     """The cache manager's :class:`~engine.cache_manager.SwapPort` in the engine process: a task
-    goes on the transfer process's queue (``queue:swap`` released, seq = task id) and is done
-    when its completion signal is set."""
+    goes on the queue of every TP rank's transfer process (``queue:swap`` released, seq = the
+    rank's :func:`~engine.messages.tp_seq` of the task id) and is done once every rank has set
+    its completion signal."""
 
-    def __init__(self, swap_q, signal: SwapSignal, control: Control) -> None:
-        self._q = swap_q
-        self._signal = signal
+    def __init__(self, swap_qs: list, signals: list[SwapSignal], control: Control) -> None:
+        self._qs = swap_qs
+        self._signals = signals
         self._control = control
 
     def submit(self, task) -> None:
-        probe.get().release(I.QUEUE_SWAP, task.task_id)
-        self._q.put(task)
+        p = probe.get()
+        for t, q in enumerate(self._qs):
+            p.release(I.QUEUE_SWAP, tp_seq(task.task_id, t))
+            q.put(task)
 
     def wait(self, task_id: int) -> None:
-        self._signal.wait(task_id, self._control)
+        for t, signal in enumerate(self._signals):
+            signal.wait(tp_seq(task_id, t), self._control)
 
 
 class TracedMutex:

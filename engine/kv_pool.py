@@ -1,6 +1,6 @@
-"""Where the KV pools live. On CPU the device pool is a file in /dev/shm mapped by the worker and
-the transfer process (created and unlinked by the supervisor); on CUDA it is device memory owned
-by the worker and shared with the transfer process over CUDA IPC."""
+"""Where the KV pools live. On CPU the device pool is a file in /dev/shm that the transfer
+process creates and the worker maps (the supervisor unlinks it at the end); on CUDA it is
+device memory the transfer process allocates and shares with the worker over CUDA IPC."""
 
 from __future__ import annotations
 

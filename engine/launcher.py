@@ -16,21 +16,24 @@ import queue
 import signal
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from engine.cache_manager import SwapStats
 from engine.config import EngineConfig
-from engine.integrity import IntegrityStats
 from engine.ipc import Control, RunPaths, SwapSignal, create_shm_file, remove_stale
-from engine.process import ProcessContext, child_environment, child_main
-from engine.results import EngineStats, ProcessRecord, RunResults, StepLatency
+from engine.process import GroupQueues, ProcessContext, child_environment, child_main
+from engine.results import EngineStats, IntegrityStats, ProcessRecord, RunResults, StepLatency
 from engine.workloads import sized_for_workload
 from fdprof.errors import FdprofError
 from fdprof.probe import ProbeConfig
 
 RUN_FORMAT = "fdprof-run/1"
 STOP_GRACE_S = 3.0
+#: how long processes that reported "done" get to exit by themselves (torch's exit alone takes
+#: seconds on a loaded machine) before they are stopped like the rest
+EXIT_GRACE_S = 30.0
 
 
 class EngineCrashed(FdprofError):
@@ -56,39 +59,41 @@ def _exit_reason(exitcode: int | None) -> str:
     return f"exited with code {exitcode}"
 
 
+#: a process of a run: (role, DP rank, TP rank; -1 for the engine process)
+Key = tuple[str, int, int]
+
+
 class _Group:
     """The live processes of one run and their messages to the supervisor."""
 
     def __init__(self, cfg, probe_config, paths, env: Mapping[str, str]) -> None:
         mp = multiprocessing.get_context("spawn")
+        self.tp = cfg.tp
         self.report_q = mp.Queue()
         self.go = mp.Event()
-        self.procs: list[tuple[str, int, multiprocessing.process.BaseProcess]] = []
-        self.done: dict[tuple[str, int], dict] = {}
-        self.errors: dict[tuple[str, int], str] = {}
-        self.ready: dict[tuple[str, int], dict] = {}
+        self.procs: list[tuple[Key, multiprocessing.process.BaseProcess]] = []
+        self.done: dict[Key, Any] = {}
+        self.errors: dict[Key, str] = {}
+        self.ready: dict[Key, dict] = {}
         #: the queues must outlive the children's start: Process.start() drops its arguments
-        self.contexts: list[ProcessContext] = []
+        self.queues: list[GroupQueues] = []
         with child_environment(env):
             for rank in range(cfg.dp):
+                queues = GroupQueues.make(mp, cfg.tp)
+                self.queues.append(queues)
                 ctx = ProcessContext(
-                    cfg,
-                    probe_config,
-                    rank,
-                    paths,
-                    mp.Queue(),
-                    mp.Queue(),
-                    mp.Queue(),
-                    mp.Queue(),
-                    self.report_q,
-                    self.go,
-                    os.getpid(),
+                    cfg, probe_config, rank, paths, queues, self.report_q, self.go, os.getpid()
                 )
-                self.contexts.append(ctx)
-                for role in ("engine", "transfer", "worker"):
-                    proc = mp.Process(target=child_main, args=(role, ctx), name=f"{role}-{rank}")
+                members = [("engine", -1)] + [
+                    (role, t) for t in range(cfg.tp) for role in ("transfer", "worker")
+                ]
+                for role, t in members:
+                    name = f"{role}-{rank}" if cfg.tp == 1 or t < 0 else f"{role}-{rank}.{t}"
+                    proc = mp.Process(
+                        target=child_main, args=(role, replace(ctx, tp_rank=t)), name=name
+                    )
                     proc.start()
-                    self.procs.append((role, rank, proc))
+                    self.procs.append(((role, rank, t), proc))
 
     def describe(self, exitcodes: bool = False) -> list[dict]:
         return [
@@ -97,48 +102,57 @@ class _Group:
                 role=role,
                 name=proc.name,
                 dp_rank=rank,
+                tp_rank=t,
                 record=f"{role}-{rank}-{proc.pid}.rec",
+                kv_cache=(self.ready.get((role, rank, t)) or {}).get("kv_cache"),
                 exitcode=proc.exitcode if exitcodes else None,
             ).to_json()
-            for role, rank, proc in self.procs
+            for (role, rank, t), proc in self.procs
         ]
 
     def poll(self, timeout: float) -> None:
         """Take the supervisor's messages; raise :class:`EngineCrashed` if a process died."""
         try:
             while True:
-                kind, role, rank, _pid, payload = self.report_q.get(timeout=timeout)
+                kind, role, rank, t, payload = self.report_q.get(timeout=timeout)
                 timeout = 0
                 {"ready": self.ready, "done": self.done, "error": self.errors}[kind][
-                    (role, rank)
+                    (role, rank, t)
                 ] = payload
         except queue.Empty:
             pass
-        for role, rank, proc in self.procs:
-            key = (role, rank)
+        for key, proc in self.procs:
             if key in self.errors or (not proc.is_alive() and key not in self.done):
                 proc.join(0.5)
                 self._drain()
                 why = self.errors.get(key) or _exit_reason(proc.exitcode)
-                raise EngineCrashed(f"{role} process (dp rank {rank}, pid {proc.pid}) died: {why}")
+                role, rank, t = key
+                where = f"dp rank {rank}" + (f", tp rank {t}" if t >= 0 and self.tp > 1 else "")
+                raise EngineCrashed(f"{role} process ({where}, pid {proc.pid}) died: {why}")
 
     def _drain(self) -> None:
         try:
             while True:
-                kind, role, rank, _pid, payload = self.report_q.get(timeout=0.2)
+                kind, role, rank, t, payload = self.report_q.get(timeout=0.2)
                 if kind == "error":
-                    self.errors[(role, rank)] = payload
+                    self.errors[(role, rank, t)] = payload
         except queue.Empty:
             pass
+
+    def join(self, timeout: float) -> None:
+        """Wait up to ``timeout`` s for every process to exit by itself."""
+        deadline = time.monotonic() + timeout
+        for _, proc in self.procs:
+            proc.join(max(0.0, deadline - time.monotonic()))
 
     def stop(self, control: Control) -> None:
         """Ask every process to stop, then terminate and kill whatever is left."""
         control.stop()
         deadline = time.monotonic() + STOP_GRACE_S
-        for _, _, proc in self.procs:
+        for _, proc in self.procs:
             proc.join(max(0.0, deadline - time.monotonic()))
         for sig in ("terminate", "kill"):
-            alive = [proc for _, _, proc in self.procs if proc.is_alive()]
+            alive = [proc for _, proc in self.procs if proc.is_alive()]
             for proc in alive:
                 getattr(proc, sig)()
             for proc in alive:
@@ -147,13 +161,13 @@ class _Group:
     def release(self) -> None:
         """Drop the queues and events now, so their named semaphores in /dev/shm are unlinked
         (they otherwise wait for a garbage collection that may come only at exit)."""
-        for ctx in self.contexts:
-            for q in (ctx.batch_q, ctx.result_q, ctx.swap_q, ctx.setup_q):
+        for queues in self.queues:
+            for q in queues.all():
                 q.close()
                 q.cancel_join_thread()
         self.report_q.close()
         self.report_q.cancel_join_thread()
-        self.contexts.clear()
+        self.queues.clear()
         self.report_q = self.go = None
         gc.collect()
 
@@ -167,9 +181,9 @@ def _write_manifest(run_dir: Path, **fields) -> None:
 def _create_shared(cfg: EngineConfig, paths: RunPaths) -> Control:
     control = Control(paths.control, cfg.dp, create=True)
     for rank in range(cfg.dp):
-        create_shm_file(paths.gpu_pool(rank), cfg.pool_bytes(cfg.gpu_blocks))
-        SwapSignal(paths.signal(rank), create=True)
-        if cfg.kv_lock == "ipc":
+        for t in range(cfg.tp):
+            SwapSignal(paths.signal(rank, t), create=True)
+        if cfg.locked:
             create_shm_file(paths.lock(rank), 0)
     return control
 
@@ -183,9 +197,9 @@ def _check_device(device: str) -> None:
 
 
 def _results(cfg: EngineConfig, group: _Group, wall_s: float, run_dir: Path) -> RunResults:
-    engines: list[EngineStats] = [v for (role, _), v in group.done.items() if role == "engine"]
-    checkers = [v.integrity for (role, _), v in group.done.items() if role != "engine"]
-    devices = {v["device"] for (role, _), v in group.ready.items() if role == "worker"}
+    engines: list[EngineStats] = [v for k, v in group.done.items() if k[0] == "engine"]
+    checkers = [v.integrity for k, v in group.done.items() if k[0] != "engine"]
+    devices = {v["device"] for k, v in group.ready.items() if k[0] == "worker"}
     tokens = sum(e.generated_tokens for e in engines)
     return RunResults(
         kv_lock=cfg.kv_lock,
@@ -193,6 +207,7 @@ def _results(cfg: EngineConfig, group: _Group, wall_s: float, run_dir: Path) -> 
         workload=cfg.workload,
         seed=cfg.seed,
         dp=cfg.dp,
+        tp=cfg.tp,
         fault=cfg.fault,
         requests=sum(e.requests for e in engines),
         generated_tokens=tokens,
@@ -251,9 +266,10 @@ def run_engine(
             if progress is not None and control.finished() != shown:
                 shown = control.finished()
                 progress(shown, cfg.requests)
-            if served_at is None and all(("engine", r) in group.done for r in range(cfg.dp)):
+            if served_at is None and all(("engine", r, -1) in group.done for r in range(cfg.dp)):
                 served_at = time.monotonic()
         wall_s = (served_at or time.monotonic()) - t0
+        group.join(EXIT_GRACE_S)
         results = _results(cfg, group, wall_s, run_dir)
         manifest["results"] = results.to_json()
         status = "ok"

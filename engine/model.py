@@ -5,6 +5,15 @@ The KV pool is one tensor ``[layers, 2, num_blocks, block_size, kv_heads, head_d
 ``l``'s K is ``pool[l, 0]`` and V ``pool[l, 1]``, each ``[num_blocks, block_size, kv_heads,
 head_dim]``. Sequences are batched for the projections and the MLP; attention runs per sequence
 over the blocks of its table (a loop over at most ``max_batch`` sequences).
+
+Batch invariance: a token's logits must not depend on what else is in its batch, or a run's
+tokens could not be compared with a reference run whose batches formed differently. On the CPU
+(MKL, one thread) a matrix product's rows are bit-identical for any row count from 8 up, not
+below, so every product here sees at least :data:`MIN_ROWS` rows (zero rows pad it).
+
+Tensor parallelism (``tp`` ranks, Megatron's split): each rank holds its share of the heads
+(and of the KV heads: its shard of the pool) and of the MLP's hidden units; the attention
+output and MLP down projections are row-parallel and summed over the ranks by an all-reduce.
 """
 
 from __future__ import annotations
@@ -15,7 +24,11 @@ from dataclasses import dataclass
 
 import torch
 
+from engine.collectives import Collective
 from engine.config import EngineConfig
+
+#: fewest rows a matrix product is given (see the module docstring)
+MIN_ROWS = 8
 
 
 @dataclass(frozen=True)
@@ -25,6 +38,17 @@ class SeqInput:
     tokens: list[int]
     start: int
     block_table: list[int]
+
+
+def _padded(x: torch.Tensor) -> torch.Tensor:
+    """``x`` with zero rows appended up to :data:`MIN_ROWS` rows."""
+    n = x.shape[0]
+    return x if n >= MIN_ROWS else torch.cat([x, x.new_zeros(MIN_ROWS - n, *x.shape[1:])])
+
+
+def _mm(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """``x @ w``, bit-identical per row whatever the row count."""
+    return (_padded(x) @ w)[: x.shape[0]]
 
 
 def _rms(x: torch.Tensor) -> torch.Tensor:
@@ -44,40 +68,71 @@ def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_start: int) -> 
     if heads != kv_heads:
         k = k.repeat_interleave(heads // kv_heads, dim=1)
         v = v.repeat_interleave(heads // kv_heads, dim=1)
-    scores = torch.einsum("qhd,khd->hqk", q, k) / math.sqrt(q.shape[-1])
-    qpos = torch.arange(q_start, q_start + q.shape[0], device=q.device)[:, None]
+    n = q.shape[0]
+    scores = torch.einsum("qhd,khd->hqk", _padded(q), k)[:, :n] / math.sqrt(q.shape[-1])
+    qpos = torch.arange(q_start, q_start + n, device=q.device)[:, None]
     kpos = torch.arange(k.shape[0], device=q.device)[None, :]
-    scores = scores.masked_fill(kpos > qpos, float("-inf"))
-    return torch.einsum("hqk,khd->qhd", scores.softmax(-1), v)
+    probs = scores.masked_fill(kpos > qpos, float("-inf")).softmax(-1)
+    return torch.einsum("qhk,khd->qhd", _padded(probs.transpose(0, 1)), v)[:n]
 
 
 # attention over one layer: (layer, q, k, v) -> output, each [tokens, heads|kv_heads, head_dim]
 Attention = Callable[[int, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 
 
+def _cols(w: torch.Tensor, rank: int, ranks: int) -> torch.Tensor:
+    n = w.shape[1] // ranks
+    return w[:, rank * n : (rank + 1) * n].contiguous()
+
+
+def _rows(w: torch.Tensor, rank: int, ranks: int) -> torch.Tensor:
+    n = w.shape[0] // ranks
+    return w[rank * n : (rank + 1) * n].contiguous()
+
+
 class Decoder:
-    def __init__(self, cfg: EngineConfig, device: str | torch.device = "cpu") -> None:
+    """The model, or TP rank ``tp_rank``'s share of it (``tp`` from the config); ``tp_group``
+    sums the ranks' partial outputs (None: a single rank)."""
+
+    def __init__(
+        self,
+        cfg: EngineConfig,
+        device: str | torch.device = "cpu",
+        tp_rank: int = 0,
+        tp_group: Collective | None = None,
+    ) -> None:
         self.cfg = cfg
         self.device = torch.device(device)
+        self.tp_group = tp_group
+        self.heads, self.kv_heads = cfg.heads // cfg.tp, cfg.kv_heads // cfg.tp
         g = torch.Generator().manual_seed(cfg.seed)
-        h, hd = cfg.hidden, cfg.head_dim
+        h, hd, t, tp = cfg.hidden, cfg.head_dim, tp_rank, cfg.tp
 
         def w(rows: int, cols: int) -> torch.Tensor:
-            return (torch.randn(rows, cols, generator=g) / math.sqrt(rows)).to(self.device)
+            return torch.randn(rows, cols, generator=g) / math.sqrt(rows)
+
+        def on_device(layer: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+            return {k: v.to(self.device) for k, v in layer.items()}
 
         self.embed = torch.randn(cfg.vocab, h, generator=g).to(self.device)
         self.layers = [
-            {
-                "wq": w(h, cfg.heads * hd),
-                "wk": w(h, cfg.kv_heads * hd),
-                "wv": w(h, cfg.kv_heads * hd),
-                "wo": w(cfg.heads * hd, h),
-                "w1": w(h, 2 * h),
-                "w2": w(2 * h, h),
-            }
+            on_device(
+                {
+                    "wq": _cols(w(h, cfg.heads * hd), t, tp),
+                    "wk": _cols(w(h, cfg.kv_heads * hd), t, tp),
+                    "wv": _cols(w(h, cfg.kv_heads * hd), t, tp),
+                    "wo": _rows(w(cfg.heads * hd, h), t, tp),
+                    "w1": _cols(w(h, 2 * h), t, tp),
+                    "w2": _rows(w(2 * h, h), t, tp),
+                }
+            )
             for _ in range(cfg.layers)
         ]
-        self.lm_head = w(h, cfg.vocab)
+        self.lm_head = w(h, cfg.vocab).to(self.device)
+
+    def _reduce(self, partial: torch.Tensor) -> torch.Tensor:
+        """The sum of the TP ranks' partial outputs (a rank's own, alone)."""
+        return partial if self.tp_group is None else self.tp_group.all_reduce(partial)
 
     def _hidden(self, tokens: torch.Tensor, pos: torch.Tensor, attend: Attention) -> torch.Tensor:
         cfg = self.cfg
@@ -85,11 +140,11 @@ class Decoder:
         n = x.shape[0]
         for li, p in enumerate(self.layers):
             a = _rms(x)
-            q = (a @ p["wq"]).view(n, cfg.heads, cfg.head_dim)
-            k = (a @ p["wk"]).view(n, cfg.kv_heads, cfg.head_dim)
-            v = (a @ p["wv"]).view(n, cfg.kv_heads, cfg.head_dim)
-            x = x + attend(li, q, k, v).reshape(n, -1) @ p["wo"]
-            x = x + torch.nn.functional.gelu(_rms(x) @ p["w1"]) @ p["w2"]
+            q = _mm(a, p["wq"]).view(n, self.heads, cfg.head_dim)
+            k = _mm(a, p["wk"]).view(n, self.kv_heads, cfg.head_dim)
+            v = _mm(a, p["wv"]).view(n, self.kv_heads, cfg.head_dim)
+            x = x + self._reduce(_mm(attend(li, q, k, v).reshape(n, -1), p["wo"]))
+            x = x + self._reduce(_mm(torch.nn.functional.gelu(_mm(_rms(x), p["w1"])), p["w2"]))
         return _rms(x)
 
     def forward_paged(self, pool: torch.Tensor, seqs: list[SeqInput]) -> torch.Tensor:
@@ -125,7 +180,7 @@ class Decoder:
 
         x = self._hidden(torch.tensor(tokens, device=dev), torch.tensor(pos, device=dev), attend)
         last = torch.tensor([len(s.tokens) for s in seqs], device=dev).cumsum(0) - 1
-        return x[last] @ self.lm_head
+        return _mm(x[last], self.lm_head)
 
     def forward_dense(self, tokens: list[int]) -> torch.Tensor:
         """Reference: logits of every position of one sequence, attention over plain tensors."""
@@ -134,4 +189,5 @@ class Decoder:
         def attend(li: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
             return _attend(q, k, v, 0)
 
-        return self._hidden(t, torch.arange(len(tokens), device=self.device), attend) @ self.lm_head
+        x = self._hidden(t, torch.arange(len(tokens), device=self.device), attend)
+        return _mm(x, self.lm_head)

@@ -22,19 +22,58 @@ from fdprof.probe import ProbeConfig
 ROLES = {"engine": "engine.server", "transfer": "engine.transfer", "worker": "engine.worker"}
 
 
-@dataclass
+@dataclass(frozen=True)
+class GroupQueues:
+    """The queues of one DP group: per TP rank, its batches (engine → worker), its swap tasks
+    (engine → transfer) and its set-up channel (transfer → worker: the device KV cache); one
+    result queue (every worker → engine)."""
+
+    batch: list[Any]
+    swap: list[Any]
+    setup: list[Any]
+    result: Any
+
+    @staticmethod
+    def make(mp, tp: int) -> GroupQueues:
+        return GroupQueues(
+            [mp.Queue() for _ in range(tp)],
+            [mp.Queue() for _ in range(tp)],
+            [mp.Queue() for _ in range(tp)],
+            mp.Queue(),
+        )
+
+    def all(self) -> list[Any]:
+        return [*self.batch, *self.swap, *self.setup, self.result]
+
+
+@dataclass(frozen=True)
 class ProcessContext:
     cfg: EngineConfig
     probe_config: ProbeConfig
     rank: int
     paths: RunPaths
-    batch_q: Any
-    result_q: Any
-    swap_q: Any
-    setup_q: Any
+    queues: GroupQueues
     report_q: Any
     go: Any
     supervisor_pid: int
+    #: the process's TP rank; -1 for the engine process, which serves every rank of its group
+    tp_rank: int = -1
+
+    @property
+    def batch_q(self) -> Any:
+        return self.queues.batch[self.tp_rank]
+
+    @property
+    def swap_q(self) -> Any:
+        return self.queues.swap[self.tp_rank]
+
+    @property
+    def setup_q(self) -> Any:
+        return self.queues.setup[self.tp_rank]
+
+    @property
+    def result_q(self) -> Any:
+        return self.queues.result
 
     @property
     def control(self) -> Control:
@@ -42,7 +81,7 @@ class ProcessContext:
         return Control(self.paths.control, self.cfg.dp, supervisor=self.supervisor_pid)
 
     def report(self, kind: str, role: str, payload: Any = None) -> None:
-        self.report_q.put((kind, role, self.rank, os.getpid(), payload))
+        self.report_q.put((kind, role, self.rank, self.tp_rank, payload))
 
 
 @contextlib.contextmanager

@@ -4,12 +4,34 @@ processes' records in ``run.json``. Every class has one ``to_json`` (the ``--jso
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
 from engine.cache_manager import SwapStats
-from engine.integrity import IntegrityStats
+
+
+@dataclass
+class IntegrityStats:
+    """What the KV checks found (:mod:`engine.integrity`): blocks compared with their
+    fingerprints, those that differed, and non-finite values seen."""
+
+    blocks_checked: int = 0
+    mismatches: int = 0
+    nan: int = 0
+
+    @staticmethod
+    def total(parts: Iterable[IntegrityStats]) -> IntegrityStats:
+        out = IntegrityStats()
+        for s in parts:
+            out.blocks_checked += s.blocks_checked
+            out.mismatches += s.mismatches
+            out.nan += s.nan
+        return out
+
+    def to_json(self) -> dict[str, int]:
+        return asdict(self)
 
 
 @dataclass(frozen=True)
@@ -64,6 +86,7 @@ class RunResults:
     workload: str
     seed: int
     dp: int
+    tp: int
     fault: str | None
     requests: int
     generated_tokens: int
@@ -90,7 +113,11 @@ class ProcessRecord:
     role: str
     name: str
     dp_rank: int
+    #: -1 for the engine process (it serves every TP rank of its DP group)
+    tp_rank: int
     record: str
+    #: the device KV cache: "owner" (the transfer process creates it), "attached" (the worker)
+    kv_cache: str | None = None
     exitcode: int | None = None
 
     def to_json(self) -> dict:

@@ -12,6 +12,7 @@ admission, so nothing is ever preempted.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from engine import instrument as I
@@ -44,12 +45,22 @@ class Request:
 
 
 class Scheduler:
+    """``wait_for_room(n)``, if given, blocks until eviction has tried to free ``n`` device
+    blocks: a request that does not fit waits for it once before admission gives up for this
+    step, as FastDeploy's scheduler waits when the device pool is short."""
+
     def __init__(
-        self, cfg: EngineConfig, rank: int, specs: list[RequestSpec], cache: CacheManager
+        self,
+        cfg: EngineConfig,
+        rank: int,
+        specs: list[RequestSpec],
+        cache: CacheManager,
+        wait_for_room: Callable[[int], None] | None = None,
     ) -> None:
         self.cfg = cfg
         self.rank = rank
         self.cm = cache
+        self._wait_for_room = wait_for_room
         self.steps = 0
         self.generated = 0
         #: request id -> the tokens it generated, once finished
@@ -84,7 +95,11 @@ class Scheduler:
         admitted = []
         while self.waiting and len(self.running) < self.cfg.max_batch:
             r = self.waiting[0]
-            adm = self.cm.admit(r.spec.prompt, blocks_for(self.cfg, r.spec), r.trace_id, r.span)
+            need = blocks_for(self.cfg, r.spec)
+            adm = self.cm.admit(r.spec.prompt, need, r.trace_id, r.span)
+            if adm is None and self._wait_for_room is not None:
+                self._wait_for_room(need)
+                adm = self.cm.admit(r.spec.prompt, need, r.trace_id, r.span)
             if adm is None:
                 break
             self.waiting.popleft()

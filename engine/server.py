@@ -16,13 +16,14 @@ from engine import instrument as I
 from engine.cache_manager import CacheManager
 from engine.ipc import (
     Control,
+    KvLock,
     PerThreadKvLock,
     Stopped,
     SwapSignal,
     TransferPort,
     recv,
 )
-from engine.messages import Batch, StepResult
+from engine.messages import Batch, StepResult, merge_shards, tp_seq
 from engine.process import ProcessContext
 from engine.results import EngineStats
 from engine.scheduler import Scheduler
@@ -30,21 +31,39 @@ from engine.workloads import make_requests
 from fdprof import probe
 from fdprof import semconv as S
 
+#: longest the scheduler waits for one eviction pass (a pass that cannot free enough ends early)
+ROOM_WAIT_S = 2.0
+
 
 class BackgroundEviction:
     """The cache manager's swap-out thread: keeps the blocks the scheduler wants free, swapping
-    out least recently used prefix blocks (FastDeploy's ``free_gpu_executor_pool``)."""
+    out least recently used prefix blocks (FastDeploy's ``free_gpu_executor_pool``), and lets
+    the scheduler wait for a pass when the device pool is short."""
 
     def __init__(self, cache: CacheManager) -> None:
         self._cm = cache
         self._wake = threading.Event()
         self._done = threading.Event()
+        self._passes = threading.Condition()
+        self._started = self._finished = 0
         self._thread = threading.Thread(target=self._loop, name="swap_out", daemon=True)
         self.error: BaseException | None = None
 
     def want_free(self, n: int) -> None:
         self._cm.want_free(n)
         self._wake.set()
+
+    def wait_for_room(self, n: int) -> None:
+        """Ask for ``n`` free blocks and wait until a pass that started after the ask has
+        finished, as FastDeploy's scheduler waits in ``can_allocate_gpu_blocks`` (which calls
+        ``free_block_ids`` and blocks on the eviction)."""
+        with self._passes:
+            self._cm.want_free(max(n, self._cm.wanted))
+            target = self._started + 1
+            self._wake.set()
+            self._passes.wait_for(
+                lambda: self._finished >= target or self._done.is_set(), ROOM_WAIT_S
+            )
 
     def start(self) -> None:
         self._thread.start()
@@ -62,8 +81,14 @@ class BackgroundEviction:
             while not self._done.is_set():
                 self._wake.wait(0.05)
                 self._wake.clear()
+                with self._passes:
+                    self._started += 1
+                    this = self._started
                 while not self._done.is_set() and self._cm.evict_once():
                     pass
+                with self._passes:
+                    self._finished = this
+                    self._passes.notify_all()
         except Stopped:
             pass
         except BaseException as exc:  # surfaced by stop() in the scheduler thread
@@ -75,24 +100,33 @@ def cache_manager_lock(ctx: ProcessContext):
     threads (as FastDeploy's engine did), ``ipc-per-thread`` gives each thread its own."""
     mode = ctx.cfg.kv_lock
     if mode == "ipc":
+        return KvLock(ctx.paths, ctx.rank, S.ROLE_CACHE_MANAGER)
+    if mode == "ipc-per-thread":
         return PerThreadKvLock(ctx.paths, ctx.rank, S.ROLE_CACHE_MANAGER)
     return None
 
 
-def _dispatch(batch: Batch, step_sid: int, batch_q) -> None:
+def _dispatch(batch: Batch, step_sid: int, ctx: ProcessContext) -> None:
+    """The batch to every TP rank's worker (one release: each rank acquires it)."""
     p = probe.get()
     for s in batch.seqs:
         p.link_context(step_sid, s.traceparent, link=True)  # the step serves this request
     p.set_int(step_sid, I.STEP_ID, batch.step)
     p.set_int(step_sid, I.BATCH_SIZE, len(batch.seqs))
     p.release(I.QUEUE_BATCH, batch.seq)
-    batch_q.put(batch)
+    for q in ctx.queues.batch:
+        q.put(batch)
 
 
-def _collect(result_q, control: Control) -> StepResult:
-    res: StepResult = recv(result_q, control)
-    probe.get().acquire(I.QUEUE_RESULT, res.seq)
-    return res
+def _collect(ctx: ProcessContext, control: Control) -> StepResult:
+    """Every TP rank's result of the step in flight, as one."""
+    p = probe.get()
+    results = []
+    for _ in range(ctx.cfg.tp):
+        res: StepResult = recv(ctx.result_q, control)
+        p.acquire(I.QUEUE_RESULT, tp_seq(res.seq, res.tp_rank))
+        results.append(res)
+    return merge_shards(results)
 
 
 def run_steps(
@@ -109,12 +143,12 @@ def run_steps(
         with p.span(I.SCHEDULE, step_sid):
             sched.admit()
         if inflight is not None:
-            finished = sched.update(inflight, _collect(ctx.result_q, control))
+            finished = sched.update(inflight, _collect(ctx, control))
             if finished:
                 control.add_finished(ctx.rank, len(finished))
         inflight = sched.schedule()
         if inflight is not None:
-            _dispatch(inflight, step_sid, ctx.batch_q)
+            _dispatch(inflight, step_sid, ctx)
         elif sched.waiting:
             time.sleep(0.001)  # nothing fits yet: the eviction thread is making room
         eviction.want_free(sched.blocks_wanted())
@@ -126,12 +160,13 @@ def run_steps(
 
 def serve(ctx: ProcessContext) -> EngineStats:
     control = ctx.control
-    signal = SwapSignal(ctx.paths.signal(ctx.rank))
-    cache = CacheManager(
-        ctx.cfg, ctx.rank, TransferPort(ctx.swap_q, signal, control), cache_manager_lock(ctx)
-    )
-    sched = Scheduler(ctx.cfg, ctx.rank, make_requests(ctx.cfg, ctx.rank), cache)
+    signals = [SwapSignal(ctx.paths.signal(ctx.rank, t)) for t in range(ctx.cfg.tp)]
+    port = TransferPort(ctx.queues.swap, signals, control)
+    cache = CacheManager(ctx.cfg, ctx.rank, port, cache_manager_lock(ctx))
     eviction = BackgroundEviction(cache)
+    sched = Scheduler(
+        ctx.cfg, ctx.rank, make_requests(ctx.cfg, ctx.rank), cache, eviction.wait_for_room
+    )
     ctx.report("ready", "engine")
     while not ctx.go.wait(0.1):
         if control.stopping:
@@ -141,8 +176,8 @@ def serve(ctx: ProcessContext) -> EngineStats:
         step_ns = run_steps(sched, eviction, ctx, control)
     finally:
         eviction.stop()
-    ctx.batch_q.put(None)
-    ctx.swap_q.put(None)
+    for q in (*ctx.queues.batch, *ctx.queues.swap):
+        q.put(None)
     return EngineStats(
         steps=sched.steps,
         step_ns=step_ns,

@@ -1,8 +1,10 @@
-"""The worker process: owns the device KV pool and runs ``execute_model`` on each batch.
+"""The worker process of one TP rank: attaches to the device KV cache its transfer process made
+and runs ``execute_model`` on each batch.
 
 It checks the cached blocks a sequence reads for the first time against their fingerprints and
-reports the fingerprints of the blocks it fills. In the baseline it holds the KV lock around
-``execute_model``, as FastDeploy's worker did.
+reports the fingerprints of the blocks it fills (its shard's). In the baseline it holds the KV
+lock around ``execute_model`` on TP rank 0 only, as FastDeploy's worker does
+(``_acquire_kvcache_lock(tp_rank)``); the other ranks follow through the collectives.
 """
 
 from __future__ import annotations
@@ -12,10 +14,11 @@ import contextlib
 import torch
 
 from engine import instrument as I
-from engine.integrity import IntegrityStats, fingerprints
+from engine.collectives import Collective
+from engine.integrity import IntegrityChecker, fingerprints
 from engine.ipc import KvLock, recv
-from engine.kv_pool import map_pool, resolve_device
-from engine.messages import Batch, StepResult
+from engine.kv_pool import map_pool
+from engine.messages import Batch, StepResult, tp_seq
 from engine.model import Decoder, SeqInput
 from engine.process import ProcessContext
 from engine.results import WorkerStats
@@ -23,23 +26,24 @@ from fdprof import probe
 from fdprof import semconv as S
 
 
-def _device_pool(ctx: ProcessContext, device: str) -> torch.Tensor:
-    """The device pool, and tell the transfer process where it is."""
+def attach_device_cache(ctx: ProcessContext) -> tuple[str, torch.Tensor]:
+    """The device and the device pool the transfer process created (it says where)."""
+    device, where = recv(ctx.setup_q, ctx.control)
     if device == "cuda":
-        pool = torch.zeros(ctx.cfg.kv_shape(ctx.cfg.gpu_blocks), device="cuda")
-        ctx.setup_q.put(("cuda", pool))  # shared over CUDA IPC by torch's reductions
-        return pool
-    ctx.setup_q.put(("cpu", None))
-    return map_pool(ctx.paths.gpu_pool(ctx.rank), ctx.cfg, ctx.cfg.gpu_blocks)
+        return device, where
+    return device, map_pool(where, ctx.cfg, ctx.cfg.gpu_blocks)
 
 
 class Worker:
-    def __init__(self, ctx: ProcessContext, device: str) -> None:
+    def __init__(
+        self, ctx: ProcessContext, device: str, pool: torch.Tensor, tp_group: Collective | None
+    ) -> None:
         self.cfg = ctx.cfg
+        self.tp_rank = ctx.tp_rank
         self.device = device
-        self.pool = _device_pool(ctx, device)
-        self.model = Decoder(ctx.cfg, device)
-        self.integrity = IntegrityStats()
+        self.pool = pool
+        self.model = Decoder(ctx.cfg, device, self.tp_rank, tp_group)
+        self.integrity = IntegrityChecker()
 
     @torch.inference_mode()
     def execute_model(self, batch: Batch) -> StepResult:
@@ -58,7 +62,7 @@ class Worker:
                 if (pos + 1) % bs == 0:
                     filled.append(s.block_table[pos // bs])
             check_blocks += s.check_blocks
-            check_fps += s.check_fps
+            check_fps += [fp[self.tp_rank] for fp in s.check_fps]
             seqs.append(SeqInput(s.tokens, s.start, s.block_table))
         with p.span(I.EXECUTE_MODEL) as sid:
             p.set_int(sid, I.STEP_ID, batch.step)
@@ -74,22 +78,34 @@ class Worker:
             logits = self.model.forward_paged(self.pool, seqs)
             next_tokens = logits.argmax(-1).tolist()
             fps = fingerprints(self.pool, filled)
-        return StepResult(batch.step, batch.seq, next_tokens, dict(zip(filled, fps, strict=True)))
+        filled_fps = {b: (fp,) for b, fp in zip(filled, fps, strict=True)}
+        return StepResult(batch.step, batch.seq, next_tokens, filled_fps, self.tp_rank)
+
+
+def _tp_group(ctx: ProcessContext, device: str) -> Collective | None:
+    if ctx.cfg.tp == 1:
+        return None
+    name = f"tp.dp{ctx.rank}"
+    return Collective(name, ctx.tp_rank, ctx.cfg.tp, ctx.paths.store(name), device)
 
 
 def serve(ctx: ProcessContext) -> WorkerStats:
     torch.set_num_threads(1)
-    device = resolve_device(ctx.cfg.device)
-    worker = Worker(ctx, device)
-    lock = KvLock(ctx.paths, ctx.rank, S.ROLE_WORKER) if ctx.cfg.kv_lock == "ipc" else None
+    device, pool = attach_device_cache(ctx)
+    group = _tp_group(ctx, device)
+    worker = Worker(ctx, device, pool, group)
+    locks = ctx.cfg.locked and ctx.tp_rank == 0
+    lock = KvLock(ctx.paths, ctx.rank, S.ROLE_WORKER) if locks else None
     control = ctx.control
     p = probe.get()
     p.name_thread("worker")
-    ctx.report("ready", "worker", {"device": device})
+    ctx.report("ready", "worker", {"device": device, "kv_cache": "attached"})
     while (batch := recv(ctx.batch_q, control)) is not None:
         p.acquire(I.QUEUE_BATCH, batch.seq)
         with lock.held() if lock else contextlib.nullcontext():
             result = worker.execute_model(batch)
-        p.release(I.QUEUE_RESULT, result.seq)
+        p.release(I.QUEUE_RESULT, tp_seq(result.seq, worker.tp_rank))
         ctx.result_q.put(result)
-    return WorkerStats(worker.integrity, device)
+    if group is not None:
+        group.close()
+    return WorkerStats(worker.integrity.stats, device)

@@ -138,6 +138,16 @@ DEVICE_LAUNCH_PREFIX = "launch:"
 DEVICE_EVENT_PREFIX = "event:"
 #: a device block's free and its next allocation (seq: the pool's count of free calls)
 BLOCK_FREE_OBJ = "block:free"
+#: collectives between workers (all-reduce, all-to-all ...): ``collective:<group>/rank<r>``,
+#: released by member r on entry and acquired by every other member on exit, keyed by the
+#: group's collective count; global objects (a group spans DP groups and processes)
+COLLECTIVE_PREFIX = "collective:"
+
+
+def collective_obj(group: str, rank: int) -> str:
+    """The sync object member ``rank`` of collective group ``group`` releases."""
+    return f"{COLLECTIVE_PREFIX}{group}/rank{rank}"
+
 
 # -- process (resource) attributes -------------------------------------------------------
 DP_RANK = "fd.dp_rank"

@@ -18,8 +18,10 @@ def add_engine_arguments(p: argparse.ArgumentParser, with_lock: bool = True) -> 
             "--kv-lock",
             choices=KV_LOCKS,
             default=None,
-            help="ipc: the baseline flock lock; none: lockless (default; "
-            "FD_USE_KVCACHE_LOCK=1 still selects ipc, deprecated)",
+            help="ipc: the baseline as FastDeploy ran it (flock through one descriptor the "
+            "cache manager's threads share, so they do not exclude each other); "
+            "ipc-per-thread: the corrected lock (a descriptor per thread); none: lockless "
+            "(default; USE_KVCACHE_LOCK=1 or FD_USE_KVCACHE_LOCK=1 still select ipc, deprecated)",
         )
     p.add_argument(
         "--workload",
@@ -36,6 +38,13 @@ def add_engine_arguments(p: argparse.ArgumentParser, with_lock: bool = True) -> 
         help="seed of the workload and the model's weights (default 0; ab: run i uses SEED+i)",
     )
     p.add_argument("--dp", type=int, default=1, help="data-parallel engine groups")
+    p.add_argument(
+        "--tp",
+        type=int,
+        default=1,
+        help="tensor-parallel ranks per DP group, each with its shard of the KV pool and its "
+        "own transfer process (default 1)",
+    )
     p.add_argument("--fault", choices=FAULTS, default=None, help="seed a protocol bug")
     p.add_argument(
         "--fault-delay-ms",
@@ -73,6 +82,7 @@ def engine_config(args: argparse.Namespace, kv_lock: str | None = None):
         requests=args.requests,
         seed=args.seed,
         dp=args.dp,
+        tp=args.tp,
         fault=args.fault,
         fault_delay_ms=args.fault_delay_ms,
     )

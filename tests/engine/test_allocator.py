@@ -20,11 +20,14 @@ def test_all_or_nothing():
     assert a.num_free == 1
 
 
-def test_freed_block_is_handed_out_next():
+def test_smallest_free_id_first_as_a_heap():
+    """As FastDeploy's heappop: ids in increasing order, a freed id back in its place."""
     a = BlockAllocator(8)
-    ids = a.allocate(4)
-    a.free([ids[2]])
-    assert a.allocate(1) == [ids[2]]
+    assert a.allocate(3) == [0, 1, 2]
+    a.free([1])
+    assert a.allocate(2) == [1, 3]
+    a.free([2, 0])
+    assert a.allocate(3) == [0, 2, 4]
 
 
 def test_double_free_is_refused():

@@ -21,9 +21,10 @@ def fdprof(*args, env=None):
 
 
 @pytest.mark.slow
-def test_json_results_and_legacy_env(tmp_path):
+@pytest.mark.parametrize("legacy", ["USE_KVCACHE_LOCK", "FD_USE_KVCACHE_LOCK"])
+def test_json_results_and_legacy_env(tmp_path, legacy):
     out = tmp_path / "run"
-    r = fdprof("--out", str(out), "--requests", "8", "--json", env={"FD_USE_KVCACHE_LOCK": "1"})
+    r = fdprof("--out", str(out), "--requests", "8", "--json", env={legacy: "1"})
     assert r.returncode == 0, r.stderr
     res = json.loads(r.stdout)
     for key in (
@@ -42,7 +43,7 @@ def test_json_results_and_legacy_env(tmp_path):
     assert res["kv_lock"] == "ipc" and res["device"] == "cpu"
     lat = res["step_ms"]  # one run's spread: step wall times
     assert 0 < lat["p50"] <= lat["p90"] <= lat["p99"] <= lat["max"]
-    assert "FD_USE_KVCACHE_LOCK=1 is deprecated" in r.stderr
+    assert f"{legacy}=1 is deprecated; use --kv-lock ipc" in r.stderr
     assert res["trace"] == str(out.resolve())
     assert json.loads((out / "run.json").read_text())["results"] == res
 
@@ -54,6 +55,7 @@ def test_json_results_and_legacy_env(tmp_path):
         ["--requests", "0"],
         ["--kv-lock", "flock"],
         ["--dp", "0"],
+        ["--tp", "3"],
         ["--fault-delay-ms", "-5"],
         ["--metrics-port", "99999"],
     ],

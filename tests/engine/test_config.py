@@ -8,9 +8,13 @@ def test_default_is_lockless():
     assert resolve_kv_lock(None, {}) == "none"
 
 
-def test_legacy_env_selects_baseline_with_a_warning():
-    with pytest.warns(DeprecatedSetting, match="FD_USE_KVCACHE_LOCK"):
-        assert resolve_kv_lock(None, {"FD_USE_KVCACHE_LOCK": "1"}) == "ipc"
+@pytest.mark.parametrize("name", ["USE_KVCACHE_LOCK", "FD_USE_KVCACHE_LOCK"])
+def test_both_legacy_spellings_select_the_baseline_with_a_warning(name):
+    """FastDeploy PR #6724 names the switch both ways; either selects the shared-descriptor
+    baseline, with a deprecation message naming the spelling used."""
+    with pytest.warns(DeprecatedSetting, match=f"^{name}=1 is deprecated; use --kv-lock ipc"):
+        assert resolve_kv_lock(None, {name: "1"}) == "ipc"
+    assert resolve_kv_lock(None, {name: "0"}) == "none"
 
 
 def test_explicit_flag_wins_over_env():
@@ -18,7 +22,15 @@ def test_explicit_flag_wins_over_env():
 
 
 @pytest.mark.parametrize(
-    "bad", [{"kv_lock": "mutex"}, {"fault": "nope"}, {"requests": 0}, {"fault_delay_ms": -1.0}]
+    "bad",
+    [
+        {"kv_lock": "mutex"},
+        {"fault": "nope"},
+        {"requests": 0},
+        {"fault_delay_ms": -1.0},
+        {"tp": 0},
+        {"tp": 3},  # does not divide the 8 KV heads
+    ],
 )
 def test_bad_settings_are_one_line_errors(bad):
     with pytest.raises(FdprofError):

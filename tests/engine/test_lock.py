@@ -1,16 +1,21 @@
 """The baseline lock excludes across real processes, one lock per DP group, and its file is
-private to the user."""
+private to the user; what the two lock modes exclude between the cache manager's threads, and
+how each hold is recorded."""
 
 import fcntl
 import multiprocessing
 import os
 import secrets
 import stat
+import threading
 import time
 
 import pytest
 
-from engine.ipc import KvLock, RunPaths
+from engine.ipc import KvLock, PerThreadKvLock, RunPaths
+from fdprof import probe
+from fdprof.probe import ProbeConfig
+from fdprof.probe import records as R
 
 
 @pytest.fixture
@@ -65,3 +70,97 @@ def test_each_dp_group_has_its_own_lock(paths):
             os.close(fd)
         group0.close()
         group1.close()
+
+
+class _Holder(threading.Thread):
+    """A thread of the cache manager: holds ``lock`` from ``holding`` until ``let_go``."""
+
+    def __init__(self, lock, after: threading.Event | None = None) -> None:
+        super().__init__(daemon=True)
+        self.lock, self.after = lock, after
+        self.holding, self.let_go = threading.Event(), threading.Event()
+
+    def run(self) -> None:
+        if self.after is not None:
+            self.after.wait(10)
+        with self.lock.held():
+            self.holding.set()
+            self.let_go.wait(10)
+
+
+def _worker_gets_in(paths) -> bool:
+    """Whether another process's descriptor (the worker's) would get the lock now."""
+    fd = os.open(paths.lock(0), os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    finally:
+        os.close(fd)  # closing the only descriptor that holds it unlocks
+    return True
+
+
+def test_baseline_lock_shared_by_threads_does_not_exclude_them(paths):
+    """FastDeploy's IPCLock as its engine used it: one descriptor for the swap-in path and the
+    eviction thread. The second thread gets the lock while the first holds it, and the first's
+    unlock lets the worker in while the second still 'holds' it."""
+    lock = KvLock(paths, 0, "cache_manager")
+    a = _Holder(lock)
+    b = _Holder(lock, after=a.holding)
+    a.start(), b.start()
+    assert b.holding.wait(10)  # at once: threads sharing a descriptor do not exclude
+    assert not _worker_gets_in(paths)
+    a.let_go.set()
+    a.join(10)
+    assert _worker_gets_in(paths)  # b is still inside its hold: the lock protects nothing
+    b.let_go.set()
+    b.join(10)
+    lock.close()
+
+
+def test_per_thread_lock_excludes_threads_and_processes(paths):
+    lock = PerThreadKvLock(paths, 0, "cache_manager")
+    a = _Holder(lock)
+    b = _Holder(lock, after=a.holding)
+    a.start(), b.start()
+    assert a.holding.wait(10)
+    assert not b.holding.wait(0.3)  # b waits for a
+    assert not _worker_gets_in(paths)
+    a.let_go.set()
+    assert b.holding.wait(10)
+    assert not _worker_gets_in(paths)  # now b holds it
+    b.let_go.set()
+    b.join(10)
+    assert _worker_gets_in(paths)
+    lock.close()
+
+
+def test_each_hold_is_recorded_on_its_holders_lane(tmp_path, paths):
+    """What the detector's broken-lock alarm reads: with the shared descriptor the two threads'
+    holds of lock:kv/dp0 overlap in time, on two lanes."""
+    probe.configure(ProbeConfig(run_dir=str(tmp_path)), "engine", 0)
+    try:
+        lock = KvLock(paths, 0, "cache_manager")
+        a = _Holder(lock)
+        b = _Holder(lock, after=a.holding)
+        a.start(), b.start()
+        b.holding.wait(10)
+        a.let_go.set()
+        a.join(10)
+        b.let_go.set()
+        b.join(10)
+        lock.close()
+    finally:
+        probe.shutdown()
+    (rec,) = tmp_path.glob("engine-0-*.rec")
+    data = rec.read_bytes()
+    strings, events = {}, []
+    for kind, _flags, tid, fields, _ in R.iter_records(data):
+        if kind == R.Kind.STRING:
+            strings[fields[0]] = fields[1]
+        elif kind == R.Kind.SYNC and strings[fields[1]] == "lock:kv/dp0":
+            events.append((fields[4], R.SyncOp(fields[2]).name.lower(), tid))
+    ops = [(op, tid) for _, op, tid in sorted(events)]
+    ta, tb = ops[0][1], ops[1][1]
+    assert ta != tb
+    assert ops == [("acquire", ta), ("acquire", tb), ("release", ta), ("release", tb)]

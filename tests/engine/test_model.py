@@ -5,7 +5,7 @@ import random
 import torch
 
 from engine.config import EngineConfig
-from engine.integrity import IntegrityStats, fingerprints
+from engine.integrity import IntegrityChecker, fingerprints
 from engine.model import Decoder, SeqInput
 
 CFG = EngineConfig(layers=2, hidden=64, heads=4, kv_heads=2, head_dim=16, vocab=97, block_size=4)
@@ -41,9 +41,9 @@ def test_batched_sequences_do_not_interfere():
 def test_fingerprint_catches_one_changed_value_and_counts_nan():
     pool = torch.randn(CFG.kv_shape(4))
     fps = fingerprints(pool, [0, 2])
-    stats = IntegrityStats()
-    assert stats.check(pool, [0, 2], fps) == []
+    checker = IntegrityChecker()
+    assert checker.check(pool, [0, 2], fps) == []
     pool[1, 0, 2, 3, 1, 5] += 1e-3
     pool[0, 1, 0, 0, 0, 0] = float("nan")
-    assert stats.check(pool, [0, 2], fps) == [0, 2]
-    assert stats.to_json() == {"blocks_checked": 4, "mismatches": 2, "nan": 1}
+    assert checker.check(pool, [0, 2], fps) == [0, 2]
+    assert checker.stats.to_json() == {"blocks_checked": 4, "mismatches": 2, "nan": 1}

@@ -5,13 +5,14 @@ from collections import Counter
 
 import pytest
 
+from engine.config import KV_LOCKS
 from engine.ipc import SEQ_STRIDE
 from fdprof.probe import records as R
 from tests.engine.conftest import manifest, read_records, run
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("kv_lock", ["ipc", "none"])
+@pytest.mark.parametrize("kv_lock", KV_LOCKS)
 def test_mode_swaps_both_ways_without_corruption(tmp_path, kv_lock):
     results, run_dir = run(tmp_path, kv_lock=kv_lock)
     assert results["kv_lock"] == kv_lock
@@ -24,6 +25,9 @@ def test_mode_swaps_both_ways_without_corruption(tmp_path, kv_lock):
     assert m["status"] == "ok" and m["results"] == results and m["error"] is None
     assert m["config"]["kv_lock"] == kv_lock
     assert sorted(p["role"] for p in m["processes"]) == ["engine", "transfer", "worker"]
+    cache = {p["role"]: p["kv_cache"] for p in m["processes"]}
+    assert cache == {"engine": None, "transfer": "owner", "worker": "attached"}
+    assert all(p["exitcode"] == 0 for p in m["processes"])
 
     recs = {p["role"]: read_records(run_dir / p["record"]) for p in m["processes"]}
     names = {
@@ -36,10 +40,11 @@ def test_mode_swaps_both_ways_without_corruption(tmp_path, kv_lock):
     )
     assert names["transfer"]["swap"] == names["engine"]["issue_swap_task"]
     assert names["worker"]["execute_model"] == results["steps"]
-    if kv_lock == "ipc":
-        assert names["worker"]["lock_hold"] == results["steps"]
-    else:
+    if kv_lock == "none":
         assert names["worker"]["lock_hold"] == 0
+    else:
+        assert names["worker"]["lock_hold"] == results["steps"]
+        assert names["engine"]["lock_hold"] == names["engine"]["issue_swap_task"]
 
     syncs = [f for rs in recs.values() for k, f in rs if k == R.Kind.SYNC]
     released = {(o, s) for o, op, s in syncs if op == "release"}
@@ -51,7 +56,7 @@ def test_mode_swaps_both_ways_without_corruption(tmp_path, kv_lock):
     assert ops[("queue:result", "acquire")] == results["steps"]
     assert ops[("signal:swap_done", "acquire")] == names["transfer"]["swap"]
     assert ops[("mutex:kv_cache/dp0", "acquire")] == ops[("mutex:kv_cache/dp0", "release")] > 0
-    assert (ops[("lock:kv/dp0", "acquire")] > 0) == (kv_lock == "ipc")
+    assert (ops[("lock:kv/dp0", "acquire")] > 0) == (kv_lock != "none")
     assert all(s < SEQ_STRIDE for o, _, s in syncs if o == "queue:batch")
 
     swap_attrs = {f[1] for k, f in recs["transfer"] if k == R.Kind.ATTR_INTS}

@@ -41,7 +41,7 @@ def answer(batch: Batch, token: int = 7) -> StepResult:
     for s in batch.seqs:
         for pos in range(s.start, s.start + len(s.tokens)):
             if (pos + 1) % BS == 0:
-                filled[s.block_table[pos // BS]] = 1000 + s.block_table[pos // BS]
+                filled[s.block_table[pos // BS]] = (1000 + s.block_table[pos // BS],)
     return StepResult(batch.step, batch.seq, [token] * len(batch.seqs), filled)
 
 
@@ -86,7 +86,7 @@ def test_a_cached_prefix_is_reused_and_checked_against_its_fingerprints():
     assert seq.start == 8 and seq.tokens == [9]
     assert seq.block_table[:2] == table0[:2]
     assert seq.check_blocks == table0[:2]
-    assert seq.check_fps == [1000 + b for b in table0[:2]]
+    assert seq.check_fps == [(1000 + b,) for b in table0[:2]]
 
 
 def test_eviction_swaps_out_then_a_match_swaps_back_in():
@@ -98,7 +98,7 @@ def test_eviction_swaps_out_then_a_match_swaps_back_in():
     assert cm.evict_once()
     (out,) = port.tasks
     assert out.direction == S.TO_CPU and sorted(out.gpu_blocks) == cached
-    assert out.fps == [1000 + b for b in out.gpu_blocks] and port.waited == [out.task_id]
+    assert out.fps == [(1000 + b,) for b in out.gpu_blocks] and port.waited == [out.task_id]
     assert cm.gpu.num_free == CFG.gpu_blocks and cm.cpu.num_free == CFG.cpu_blocks - 2
     assert not cm.evict_once()  # nothing left on the device
 
@@ -128,3 +128,22 @@ def test_a_result_of_another_step_is_refused():
     batch = sched.schedule()
     with pytest.raises(ValueError):
         sched.update(batch, StepResult(batch.step + 1, batch.seq + 1, [1], {}))
+
+
+def test_a_request_that_does_not_fit_waits_for_eviction_once():
+    """As FastDeploy's scheduler in can_allocate_gpu_blocks: when the pool is short it waits
+    for eviction (here done inline by the test's callback) and is admitted in the same call."""
+    small = CFG.with_(gpu_blocks=4)
+    sched, cm, port = engine([RequestSpec(0, PREFIX + [1], 1)], small)
+    serve(sched)  # leaves the 2 prefix blocks cached on the device: 2 free
+    asked = []
+
+    def evict(n: int) -> None:
+        asked.append(n)
+        cm.want_free(n)
+        while cm.evict_once():
+            pass
+
+    later = Scheduler(small, 0, [RequestSpec(1, [5] * 9, 1)], cm, wait_for_room=evict)
+    assert later.admit() == [1]  # needs 3: evicted 2 to the host, then fitted
+    assert asked == [3] and port.tasks[-1].direction == S.TO_CPU
