@@ -103,7 +103,7 @@ def child_environment(env: Mapping[str, str]) -> Iterator[None]:
 def child_main(role: str, ctx: ProcessContext) -> None:
     """Run one engine process. Ctrl-C is the supervisor's to handle, so it is ignored here."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    probe.configure(ctx.probe_config, role, ctx.rank)
+    probe.configure(ctx.probe_config, role, ctx.rank, ctx.tp_rank)
     try:
         stats = importlib.import_module(ROLES[role]).serve(ctx)
         ctx.report("done", role, stats)
