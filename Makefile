@@ -54,9 +54,10 @@ lint: $(STAMP)
 bench: $(STAMP)
 	@for b in bench/bench_*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
 
-# the two vLLM configurations of the A/B in BENCHMARKS.md (prefix caching on vs off)
+# the vLLM A/B of BENCHMARKS.md: offloading with synchronous vs asynchronous stores, through
+# fdprof ab --baseline/--candidate (bench/vllm_ab.py; extra ab options: make bench-vllm AB="--runs 3")
 bench-vllm: $(STAMP) $(VLLM_STAMP)
-	$(PY) bench/vllm_ab.py --python $(VLLM_PY)
+	$(PY) bench/vllm_ab.py --python $(VLLM_PY) $(AB)
 
 traces: $(STAMP)
 	$(PY) traces/regenerate.py

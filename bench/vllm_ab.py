@@ -3,8 +3,9 @@
 
 Builds the tiny model once, then hands the two commands to fdprof's generic A/B
 (``fdprof ab --baseline CMD --candidate CMD``), which runs them ABBA-interleaved, each run
-recording into its own directory through ``FDPROF_RUN_DIR``, and reports the gain with its CI
-from the traces. Where that runner is not there yet, prints the two commands and exits 2.
+recording into its own directory through ``FDPROF_RUN_DIR`` and seeding the workload with its
+pair index (``FDPROF_AB_PAIR``), and reports the gain with its CI from the traces; the exit code
+is ``fdprof ab``'s (0 safe, 1 races, 2 a failed run, 3 ``--require-gain`` not met).
 Usage: ``python bench/vllm_ab.py [--python .venv-vllm/bin/python] [--out out/vllm-ab]
 [ab options ...]`` (``make bench-vllm``).
 """
@@ -22,10 +23,12 @@ WORKLOAD = ROOT / "bench" / "vllm_workload.py"
 
 
 def commands(python: Path, model_dir: Path) -> tuple[str, str]:
-    """(baseline, candidate) command lines: the same workload, only the store mode differs."""
+    """(baseline, candidate) command lines: the same workload, only the store mode differs;
+    the shell expands the pair index into the workload's seed, so a pair's runs match."""
     base = [str(python), str(WORKLOAD), "--model-dir", str(model_dir)]
-    baseline = shlex.join([*base, "--offload", "sync"])
-    candidate = shlex.join([*base, "--offload", "async"])
+    seed = ' --seed "$FDPROF_AB_PAIR"'
+    baseline = shlex.join([*base, "--offload", "sync"]) + seed
+    candidate = shlex.join([*base, "--offload", "async"]) + seed
     return baseline, candidate
 
 
@@ -38,15 +41,9 @@ def main(argv: list[str] | None = None) -> int:
     subprocess.run([str(args.python), str(WORKLOAD), "--model-dir", str(model_dir),
                     "--build-model"], check=True)  # fmt: skip
     baseline, candidate = commands(args.python, model_dir)
-    fdprof = [sys.executable, "-m", "fdprof"]
-    ab_help = subprocess.run([*fdprof, "ab", "--help"], capture_output=True, text=True).stdout
-    if "--baseline" not in ab_help:
-        print("fdprof ab --baseline/--candidate is not available in this checkout; the commands:")
-        print(f"  baseline:  {baseline}")
-        print(f"  candidate: {candidate}")
-        return 2
-    ab = [*fdprof, "ab", "--baseline", baseline, "--candidate", candidate,
-          "--out", str(args.out / "ab"), *ab_options]  # fmt: skip
+    ab = [sys.executable, "-m", "fdprof", "ab", "--baseline", baseline, "--candidate", candidate,
+          "--names", "sync stores", "async stores", "--out", str(args.out / "ab"),
+          *ab_options]  # fmt: skip
     return subprocess.run(ab).returncode
 
 
