@@ -1,13 +1,17 @@
-"""Steps and where their time went: compute, swap blocking, lock wait, idle.
+"""Steps and where their time went: compute, swap blocking, lock wait, idle; and on a GPU,
+compute kernels, communication, memcpy, memset and idle.
 
 Why: a throughput change alone does not say why. Decomposing each step's wall time (the
 categories painted in priority order, so overlapping spans count once) shows where the
 time moved between two runs, and gives the ideal gain: the throughput if the baseline's
-swaps and lock waits had hidden perfectly behind compute.
+swaps and lock waits had hidden perfectly behind compute. Foreign traces (PyTorch profiler,
+Nsight) get steps without flags and the device split HTA's temporal breakdown makes
+(docs/analysis.md "Foreign traces").
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,6 +34,18 @@ CATEGORIES: dict[str, tuple[str, ...]] = {
     "swap_blocking": S.SWAP_BLOCKING_SPANS,
 }
 PARTS = (*CATEGORIES, "idle")
+#: the iteration spans the PyTorch profiler writes: steps of a trace that has no others
+PROFILER_STEP = re.compile(r"^ProfilerStep#\d+$")
+#: spans wrapping a whole profiling session, not work (PyTorch's ``PyTorch Profiler (0)``)
+ENVELOPE = re.compile(r"^PyTorch Profiler \(\d+\)$")
+#: device work by kind, in painting priority (a copy under a kernel costs nothing): HTA's
+#: kernel types, with its memory type split into memcpy and memset
+DEVICE_KINDS = ("compute", "communication", "memcpy", "memset")
+DEVICE_PARTS = (*(f"gpu_{k}" for k in DEVICE_KINDS), "gpu_idle")
+#: HTA's communication kernels (``hta/common/types.py``): NCCL, RCCL, HCCL
+COMMUNICATION = re.compile(r"^nccl|^hip|^hccl|ncclKernel")
+#: annotations on a device lane (PyTorch's ``gpu_user_annotation``): they span kernels
+DEVICE_ANNOTATION_CATS = ("gpu_user_annotation",)
 
 
 def steps(trace: Trace, step_name: str | None = None) -> pd.DataFrame:
@@ -37,12 +53,14 @@ def steps(trace: Trace, step_name: str | None = None) -> pd.DataFrame:
     (from ``batch.tokens`` of the step's spans; NaN where unknown).
 
     Steps are the spans named ``step_name`` (or starting with it, e.g. ``ProfilerStep#``);
-    without it, the ``step`` spans, else each ``fd.step`` id's extent."""
+    without it, the ``step`` spans, else each ``fd.step`` id's extent, else the PyTorch
+    profiler's ``ProfilerStep#N`` spans (step N)."""
     spans = require(trace.spans, "spans", STEP_NEEDS)
     spans = spans[spans["end"] != -1]
     names = spans["name"].astype(str)
+    profiler = names.str.match(PROFILER_STEP.pattern)
     if step_name:
-        sel = spans[(names == step_name) | names.str.startswith(step_name)]
+        sel = spans[is_step(names, step_name)]
         if sel.empty:
             raise FdprofError(f"no span is named {step_name!r} (or starts with it)")
         out = sel[["step", "start", "end"]].copy()
@@ -51,19 +69,33 @@ def steps(trace: Trace, step_name: str | None = None) -> pd.DataFrame:
     elif (spans["step"] >= 0).any():
         g = spans[spans["step"] >= 0].groupby("step")
         out = pd.DataFrame({"start": g["start"].min(), "end": g["end"].max()}).reset_index()
+    elif profiler.any():
+        out = spans.loc[profiler, ["start", "end"]].copy()
+        out["step"] = names[profiler].str.slice(len("ProfilerStep#")).astype(np.int64)
+        out["tokens"] = np.nan
     else:
         raise FdprofError(
-            "no steps found: no 'step' spans and no fd.step ids; name a step range with "
-            "--step-name (e.g. ProfilerStep#)"
+            "no steps found: no 'step' spans, no fd.step ids and no ProfilerStep#N spans; "
+            "name a step range with --step-name"
         )
     out = out.sort_values(["start", "end"], kind="stable").reset_index(drop=True)
-    if not (out["step"] >= 0).any():
+    if "tokens" in out:
+        pass  # profiler steps: numbered by the profiler, no token counts
+    elif not (out["step"] >= 0).any():
         out["step"] = np.arange(len(out), dtype=np.int64)  # user-named ranges: ordinals
         out["tokens"] = np.nan
     else:
         out["tokens"] = out["step"].map(tokens_by_step(trace)).astype(float)
     out["duration"] = out["end"] - out["start"]
     return out[["step", "start", "end", "duration", "tokens"]]
+
+
+def is_step(names: pd.Series, step_name: str | None) -> pd.Series:
+    """Which spans are steps (not work): ``step_name`` and what starts with it, else ``step``
+    and ``ProfilerStep#N``."""
+    if step_name:
+        return (names == step_name) | names.str.startswith(step_name)
+    return (names == S.STEP) | names.str.match(PROFILER_STEP.pattern)
 
 
 def tokens_by_step(trace: Trace) -> pd.Series:
@@ -85,19 +117,20 @@ def step_breakdown(
     """Each step's ``duration`` split into ``compute``, ``lock_wait``, ``swap_blocking`` and
     ``idle`` (ns; they sum to ``duration``), plus ``blocking_any``: lock wait or swap time in
     the step whether or not compute hid it. A trace with no compute spans (not ours) counts
-    every non-step span as compute: busy versus idle."""
+    every host span that is not a step or an envelope as compute: busy versus idle (device
+    work has its own split, :func:`device_breakdown`)."""
     st = steps(trace, step_name)
     spans = trace.spans[trace.spans["end"] != -1]
     names = spans["name"].astype(str)
     lo, hi = st["start"].to_numpy(), st["end"].to_numpy()
     painted = blocking = (np.empty(0, np.int64), np.empty(0, np.int64))
     done = np.zeros(len(st), dtype=np.int64)
-    step_names = {step_name or S.STEP}
     out = st.copy()
     for i, (part, members) in enumerate(categories.items()):
         sel = names.isin(members)
         if i == 0 and not sel.any():
-            sel = ~names.isin(step_names) & ~names.str.startswith(step_name or "\0")
+            sel = ~is_step(names, step_name) & ~names.str.match(ENVELOPE.pattern)
+            sel &= ~_on_device(spans)
             for other in list(categories.values())[1:]:
                 sel &= ~names.isin(other)
         u = union(spans["start"][sel].to_numpy(), spans["end"][sel].to_numpy())
@@ -109,6 +142,96 @@ def step_breakdown(
         done = total
     out["blocking_any"] = covered(blocking, lo, hi)
     out["idle"] = out["duration"] - done
+    return out
+
+
+def _on_device(spans: pd.DataFrame) -> pd.Series:
+    return spans["lane"].str.contains(S.DEVICE_LANE_PATTERN).fillna(False).astype(bool)
+
+
+def device_kind(trace: Trace, spans: pd.DataFrame) -> pd.Series:
+    """Each device span's kind (:data:`DEVICE_KINDS`), or None for an annotation: memcpy and
+    memset by the reader's category (PyTorch's ``gpu_memcpy``/``gpu_memset``, Nsight's
+    ``cuda.kind``) or the name Kineto gives them (``Memcpy HtoD ...``, ``Memset ...``),
+    communication by HTA's pattern of NCCL-like kernel names, compute the other kernels."""
+    ids = spans["span_id"]
+    cat = trace.attr("chrome.cat").reindex(ids).astype(object).to_numpy()
+    cuda = trace.attr("cuda.kind").reindex(ids).astype(object).to_numpy()
+    names = spans["name"].astype(str)
+    kind = np.where(names.str.match(COMMUNICATION.pattern), "communication", "compute")
+    kind = np.where(names.str.startswith("Memcpy"), "memcpy", kind)
+    kind = np.where(names.str.startswith("Memset"), "memset", kind)
+    for given in (cat, cuda):
+        kind = np.where((given == "gpu_memcpy") | (given == "memcpy"), "memcpy", kind)
+        kind = np.where((given == "gpu_memset") | (given == "memset"), "memset", kind)
+    kind = kind.astype(object)
+    kind[np.isin(cat, DEVICE_ANNOTATION_CATS)] = None
+    return pd.Series(kind, index=spans.index)
+
+
+def launch_times(trace: Trace, span_ids: np.ndarray) -> np.ndarray:
+    """When each span was launched: the time of the release its acquire pairs with (a
+    PyTorch launch flow, Nsight's ``cuda:launch/<pid>`` edge), -1 for a span no edge
+    reaches. A release launching several spans (``cudaGraphLaunch``) launches each."""
+    syncs = trace.syncs
+    acq = syncs[(syncs["op"] == "acquire") & syncs["span_id"].isin(span_ids)]
+    rel = syncs[syncs["op"] == "release"].drop_duplicates(["obj", "seq"])
+    pairs = acq[["obj", "seq", "span_id"]].merge(rel[["obj", "seq", "time"]], on=["obj", "seq"])
+    first = pairs.groupby("span_id")["time"].min()
+    return first.reindex(span_ids).fillna(-1).to_numpy(np.int64)
+
+
+def device_breakdown(trace: Trace, st: pd.DataFrame) -> pd.DataFrame | None:
+    """Each step's GPU time split into :data:`DEVICE_PARTS` (ns; they sum to ``gpu_window``),
+    None for a trace without device work.
+
+    A device span belongs to the step its launch falls in; in a trace with launch edges, work
+    no edge reaches was launched before the trace began and is left out, as HTA leaves out
+    kernels without a CPU launch (without any edges, a span's own start places it). A step's
+    window on the device runs from the first start of its work to the first start of the next
+    step's (the last step's to its work's last end), so
+    the windows tile the device timeline as HTA's one window over a whole trace does: the gap
+    before the next step's first kernel is this step's idle time. Kinds are painted in
+    priority order over every stream of the trace at once, as HTA merges a rank's kernels."""
+    spans = trace.spans[(trace.spans["end"] != -1)]
+    spans = spans[_on_device(spans).to_numpy()]
+    if spans.empty:
+        return None
+    kind = device_kind(trace, spans)
+    spans, kind = spans[kind.notna().to_numpy()], kind[kind.notna()]
+    start = spans["start"].to_numpy(np.int64)
+    end = spans["end"].to_numpy(np.int64)
+    launched = launch_times(trace, spans["span_id"].to_numpy(np.int64))
+    if (launched >= 0).any():  # work no launch reaches: launched before the trace (as HTA)
+        keep = launched >= 0
+        start, end, launched, kind = start[keep], end[keep], launched[keep], kind[keep]
+    else:
+        launched = start
+    lo, hi = st["start"].to_numpy(np.int64), st["end"].to_numpy(np.int64)
+    step = np.searchsorted(lo, launched, "right") - 1
+    inside = (step >= 0) & (launched < hi[np.maximum(step, 0)])
+    n = len(st)
+    big = np.iinfo(np.int64).max
+    w_lo = np.full(n, big, dtype=np.int64)
+    np.minimum.at(w_lo, step[inside], start[inside])
+    last = np.full(n, -1, dtype=np.int64)
+    np.maximum.at(last, step[inside], end[inside])
+    has = w_lo != big
+    # the next step with work's first start: a reverse running minimum of the later starts
+    nxt = np.minimum.accumulate(np.concatenate([w_lo[1:], [big]])[::-1])[::-1]
+    w_hi = np.where(nxt == big, last, nxt)
+    w_lo = np.where(has, w_lo, 0)
+    w_hi = np.where(has, np.maximum(w_hi, w_lo), 0)
+    out = pd.DataFrame({"step": st["step"].to_numpy(), "gpu_window": w_hi - w_lo})
+    painted = (np.empty(0, np.int64), np.empty(0, np.int64))
+    done = np.zeros(len(st), dtype=np.int64)
+    for k in DEVICE_KINDS:
+        sel = (kind == k).to_numpy()
+        painted = merge(painted, union(start[sel], end[sel]))
+        total = covered(painted, w_lo, w_hi)
+        out[f"gpu_{k}"] = total - done
+        done = total
+    out["gpu_idle"] = out["gpu_window"] - done
     return out
 
 

@@ -7,14 +7,20 @@ every ratio a seeded bootstrap 95% CI.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from fdprof import semconv as S
-from fdprof.analysis.breakdown import PARTS, step_breakdown
+from fdprof.analysis.breakdown import (
+    DEVICE_PARTS,
+    ENVELOPE,
+    PARTS,
+    device_breakdown,
+    step_breakdown,
+)
 from fdprof.analysis.columns import json_records, require
 from fdprof.analysis.stats import RatioCI, difference_ci, paired_ratio_ci, ratio_ci, spread
 from fdprof.analysis.timeline import covered, union
@@ -44,6 +50,8 @@ class RunSummary:
     locks: pd.DataFrame
     #: share of swap time during which ``execute_model`` ran, with its CI over swaps
     swap_overlap: RatioCI | None
+    #: one row per step: its GPU time by :data:`DEVICE_PARTS` (ns); None without device work
+    device: pd.DataFrame | None = None
 
     @property
     def n_steps(self) -> int:
@@ -72,7 +80,10 @@ class RunSummary:
                 self.swap_overlap.lo, self.swap_overlap.hi],
             "by_name": json_records(self.by_name), "by_role": json_records(self.by_role),
             "locks": json_records(self.locks),
-        }  # fmt: skip
+        } | ({} if self.device is None else {
+            "gpu_ns": {p: spread(self.device[p]) for p in (*DEVICE_PARTS, "gpu_window")},
+            "gpu_share": {p: _share(self.device, p, "gpu_window") for p in DEVICE_PARTS},
+        })  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -88,6 +99,8 @@ class DiffResult:
     moved: pd.DataFrame
     by_name: pd.DataFrame
     by_role: pd.DataFrame
+    #: as ``moved``, for the GPU time per step (empty unless both traces have device work)
+    device_moved: pd.DataFrame = field(default_factory=pd.DataFrame)
 
     @property
     def cautions(self) -> list[str]:
@@ -115,12 +128,15 @@ class DiffResult:
             "moved": json_records(self.moved),
             "by_name": json_records(self.by_name), "by_role": json_records(self.by_role),
             "cautions": self.cautions,
-        }  # fmt: skip
+        } | ({} if self.device_moved.empty else {
+            "gpu_moved": json_records(self.device_moved),
+        })  # fmt: skip
 
 
 def summarize(trace: Trace, label: str = "", step_name: str | None = None) -> RunSummary:
     spans = require(trace.spans, "spans", SPAN_NEEDS)
     b = step_breakdown(trace, step_name)
+    spans = spans[~spans["name"].astype(str).str.match(ENVELOPE.pattern)]  # not work
     tokens = float(b["tokens"].sum()) if b["tokens"].notna().any() else None
     seconds = float(b["duration"].sum()) / 1e9  # time inside steps: what the CIs resample
     return RunSummary(
@@ -128,11 +144,18 @@ def summarize(trace: Trace, label: str = "", step_name: str | None = None) -> Ru
         breakdown=b,
         tokens=tokens,
         seconds=seconds,
-        by_name=time_by(spans, "name"),
+        by_name=time_by(spans.assign(name=grouped_names(spans["name"])), "name"),
         by_role=time_by(spans, "role"),
         locks=time_by(spans[spans["name"].isin(LOCK_NAMES)], ["name", "role"]),
         swap_overlap=swap_overlap(spans),
+        device=device_breakdown(trace, b),
     )
+
+
+def grouped_names(names: pd.Series) -> pd.Series:
+    """Span names with a trailing iteration number grouped: ``ProfilerStep#1009`` and
+    ``ProfilerStep#1010`` are ``ProfilerStep#*``."""
+    return names.astype(str).str.replace(r"#\d+$", "#*", regex=True)
 
 
 def diff_traces(
@@ -155,7 +178,11 @@ def diff_traces(
         moved=_moved(sb.breakdown, sn.breakdown, both_tokens, seed),
         by_name=_side_by_side(sb.by_name, sn.by_name, "name"),
         by_role=_side_by_side(sb.by_role, sn.by_role, "role"),
-    )
+        device_moved=pd.DataFrame() if sb.device is None or sn.device is None else _moved(
+            sb.device.assign(tokens=sb.breakdown["tokens"].to_numpy()),
+            sn.device.assign(tokens=sn.breakdown["tokens"].to_numpy()),
+            both_tokens, seed, DEVICE_PARTS, "gpu_window"),
+    )  # fmt: skip
 
 
 def time_by(spans: pd.DataFrame, key: str | list[str]) -> pd.DataFrame:
@@ -206,14 +233,21 @@ def token_class(tokens: np.ndarray) -> np.ndarray:
     return np.where(t >= 1, np.floor(np.log2(np.maximum(t, 1))).astype(int) + 1, 0)
 
 
-def _moved(b: pd.DataFrame, n: pd.DataFrame, tokens: bool, seed: int) -> pd.DataFrame:
+def _moved(
+    b: pd.DataFrame,
+    n: pd.DataFrame,
+    tokens: bool,
+    seed: int,
+    parts: tuple[str, ...] = PARTS,
+    total: str = "duration",
+) -> pd.DataFrame:
     """Per part: mean ns per step and p50/p90/p99 in each run, the change of the mean with its
-    95% CI (steps resampled as for throughput), and the share."""
+    95% CI (steps resampled as for throughput), and the share of ``total``."""
     strata = None
     if tokens:
         strata = (token_class(b["tokens"].fillna(0)), token_class(n["tokens"].fillna(0)))
     rows = []
-    for part in (*PARTS, "duration"):
+    for part in (*parts, total):
         sb, sn = spread(b[part]), spread(n[part])
         change = difference_ci(b[part], n[part], seed=seed, strata=strata)
         rows.append({
@@ -222,13 +256,13 @@ def _moved(b: pd.DataFrame, n: pd.DataFrame, tokens: bool, seed: int) -> pd.Data
             "base_p99": sb["p99"], "new_mean": sn["mean"], "new_p50": sn["p50"],
             "new_p90": sn["p90"], "new_p99": sn["p99"],
             "delta_mean": change.delta, "delta_lo": change.lo, "delta_hi": change.hi,
-            "base_share": _share(b, part), "new_share": _share(n, part),
+            "base_share": _share(b, part, total), "new_share": _share(n, part, total),
         })  # fmt: skip
     return pd.DataFrame(rows)
 
 
-def _share(b: pd.DataFrame, part: str) -> float | None:
-    total = float(b["duration"].sum())
+def _share(b: pd.DataFrame, part: str, of: str = "duration") -> float | None:
+    total = float(b[of].sum())
     return float(b[part].sum()) / total if total else None
 
 

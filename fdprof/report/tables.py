@@ -16,6 +16,7 @@ from fdprof.analysis.hazards import HazardReport
 from fdprof.analysis.stats import RatioCI
 from fdprof.analysis.whatif import WhatIf
 from fdprof.report.document import Bullets, Document, Table, Verdict
+from fdprof.report.units import duration, signed_duration
 
 #: rows shown per table before "... N more"
 MAX_ROWS = 25
@@ -95,34 +96,41 @@ def diff_document(d: DiffResult) -> Document:
     summary = [
         f"throughput: {_num(rate_b)} -> {_num(rate_n)} {unit} ({THROUGHPUT_BASIS[unit]}), "
         f"{ratio_text(d.throughput)}",
-        f"step latency p50: {ms(b.step_latency['p50'])} -> {ms(n.step_latency['p50'])} ms, "
+        f"step latency p50: {ms(b.step_latency['p50'])} -> {ms(n.step_latency['p50'])}, "
         f"{ratio_text(d.step_latency)}",
         f"swap time overlapped with execute_model: {_share_ci(b.swap_overlap)} -> "
         f"{_share_ci(n.swap_overlap)}",
         *(f"caution: {c}" for c in d.cautions),
     ]
-    lat = Table("Step latency (ms)", ["run", "steps", "p50", "p90", "p99", "mean"], [
+    lat = Table("Step latency", ["run", "steps", "p50", "p90", "p99", "mean"], [
         [s.label, str(s.n_steps), *(ms(s.step_latency[k]) for k in ("p50", "p90", "p99", "mean"))]
         for s in (b, n)
     ])  # fmt: skip
-    moved = Table(
-        "Where the time moved (ms per step: mean, p50/p90/p99)",
-        ["part", b.label, f"{b.label} p50/p90/p99", n.label, f"{n.label} p50/p90/p99",
-         "change [95% CI]", "share"],
+    moved = _moved_table("Where the time moved (per step: mean, p50/p90/p99)", d.moved,
+                         b.label, n.label)  # fmt: skip
+    gpu = [] if d.device_moved.empty else [_moved_table(
+        "GPU time per step (compute kernels, NCCL, memcpy, memset, idle: mean, p50/p90/p99)",
+        d.device_moved, b.label, n.label)]  # fmt: skip
+    return Document("fdprof diff", [
+        Bullets(summary), lat, moved, *gpu,
+        _side_table("Time by span name", d.by_name, "name", b.label, n.label),
+        _side_table("Time by role", d.by_role, "role", b.label, n.label),
+        _frame_table(f"Locks in {b.label}", _ms_cols(b.locks),
+                     ["name", "role", "count", "total", "p50", "p90", "p99"]),
+        _frame_table(f"Locks in {n.label}", _ms_cols(n.locks),
+                     ["name", "role", "count", "total", "p50", "p90", "p99"]),
+    ], data=d.to_json())  # fmt: skip
+
+
+def _moved_table(title: str, moved: pd.DataFrame, bl: str, nl: str) -> Table:
+    return Table(
+        title,
+        ["part", bl, f"{bl} p50/p90/p99", nl, f"{nl} p50/p90/p99", "change [95% CI]", "share"],
         [[r.part, ms(r.base_mean), _pcts(r, "base"), ms(r.new_mean), _pcts(r, "new"),
           f"{_signed(r.delta_mean)} [{_signed(r.delta_lo)}, {_signed(r.delta_hi)}]",
           f"{pct(r.base_share)} -> {pct(r.new_share)}"]
-         for r in d.moved.itertuples()],
+         for r in moved.itertuples()],
     )  # fmt: skip
-    return Document("fdprof diff", [
-        Bullets(summary), lat, moved,
-        _side_table("Time by span name (ms)", d.by_name, "name", b.label, n.label),
-        _side_table("Time by role (ms)", d.by_role, "role", b.label, n.label),
-        _frame_table(f"Locks in {b.label} (ms)", _ms_cols(b.locks),
-                     ["name", "role", "count", "total", "p50", "p90", "p99"]),
-        _frame_table(f"Locks in {n.label} (ms)", _ms_cols(n.locks),
-                     ["name", "role", "count", "total", "p50", "p90", "p99"]),
-    ], data=d.to_json())  # fmt: skip
 
 
 def ratio_text(r: RatioCI) -> str:
@@ -131,7 +139,8 @@ def ratio_text(r: RatioCI) -> str:
 
 
 def ms(ns: float | None) -> str:
-    return "-" if ns is None or pd.isna(ns) else f"{ns / 1e6:.3f}"
+    """A duration in the unit that fits (:mod:`fdprof.report.units`)."""
+    return "-" if ns is None or pd.isna(ns) else duration(float(ns))
 
 
 def pct(x: float | None) -> str:
@@ -147,7 +156,7 @@ def _num(x: float | None) -> str:
 
 
 def _signed(ns: float) -> str:
-    return f"{ns / 1e6:+.3f}"
+    return "-" if ns is None or pd.isna(ns) else signed_duration(float(ns))
 
 
 def _pcts(row: Any, side: str) -> str:

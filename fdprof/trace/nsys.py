@@ -48,6 +48,23 @@ DEVICE_TABLES = {
     "CUPTI_ACTIVITY_KIND_MEMSET": "memset",
 }
 LAUNCH = "cuda:launch"
+#: ``copyKind`` names, as ``ENUM_CUDA_MEMCPY_OPER`` has them (schema 3.x)
+MEMCPY_KINDS = {0: "Unknown", 1: "HtoD", 2: "DtoH", 3: "HtoA", 4: "AtoH", 5: "AtoA", 6: "AtoD",
+                7: "DtoA", 8: "DtoD", 9: "HtoH", 10: "PtoP", 11: "UVM HtoD", 12: "UVM DtoH",
+                13: "UVM DtoD"}  # fmt: skip
+
+
+def _copy_kind(enum_name: str) -> str:
+    """``CUDA_MEMCPY_KIND_HTOD`` -> ``HtoD`` (the Kineto spelling), ``..._UVM_DTOH`` -> ``UVM
+    DtoH``."""
+    kind = enum_name.removeprefix("CUDA_MEMCPY_KIND_")
+    parts = kind.split("_")
+    last = parts[-1]
+    if len(last) == 4 and last[1:3] == "TO":
+        parts[-1] = f"{last[0]}to{last[3]}"
+    return " ".join(p if p == "UVM" or "to" in p else p.title() for p in parts)
+
+
 PAYLOAD = "nvtx.payload"
 
 
@@ -95,6 +112,15 @@ class _Export:
             known = dict(self.db.execute("SELECT name, id FROM ENUM_NSYS_EVENT_TYPE").fetchall())
             types.update({k: known[k] for k in EVENT_TYPES if k in known})
         return types
+
+    def memcpy_kinds(self) -> dict[int, str]:
+        """``copyKind`` -> ``HtoD``, ``DtoH``, ``DtoD``, ... (the enum's names without their
+        ``CUDA_MEMCPY_KIND_`` prefix; the long-stable ids when the export lacks the enum)."""
+        kinds = dict(MEMCPY_KINDS)
+        if "ENUM_CUDA_MEMCPY_OPER" in self.tables:
+            rows = self.db.execute("SELECT id, name FROM ENUM_CUDA_MEMCPY_OPER").fetchall()
+            kinds.update({i: _copy_kind(str(n)) for i, n in rows})
+        return kinds
 
     def meta(self) -> dict[str, str]:
         for table in ("META_DATA_EXPORT", "EXPORT_META_DATA"):
@@ -227,16 +253,22 @@ def _device(export: _Export, strings: dict[int, str], rows: _Rows) -> pd.DataFra
         needed = {"start", "end", "deviceId", "streamId", "globalPid"}
         if needed - cols:
             continue
-        name_col = next((c for c in ("shortName", "demangledName", "name") if c in cols), None)
+        name_cols = [c for c in ("shortName", "demangledName") if c in cols]
         extra = [c for c in ("correlationId", "bytes", "copyKind") if c in cols]
-        select = ", ".join(sorted(needed) + extra + ([name_col] if name_col else []))
+        select = ", ".join(sorted(needed) + extra + name_cols)
         df = export.query(f"SELECT {select} FROM {table}")
         if not len(df):
             continue
-        if name_col:
-            names = df[name_col].map(lambda v, w=what: strings.get(v, str(v)) if pd.notna(v) else w)
+        demangled = df["demangledName"].map(strings.get) if "demangledName" in df else None
+        if what == "kernel":
+            short = df["shortName"].map(strings.get) if "shortName" in df else demangled
+            names = _kernel_names(short if short is not None else pd.Series([None] * len(df)),
+                                  demangled)  # fmt: skip
+        elif what == "memcpy" and "copyKind" in df:
+            kinds = {k: f"Memcpy {v}" for k, v in export.memcpy_kinds().items()}
+            names = df["copyKind"].map(lambda k, named=kinds: named.get(k, f"Memcpy kind {k}"))
         else:
-            names = pd.Series([what] * len(df))
+            names = pd.Series(["Memset" if what == "memset" else what] * len(df))
         pid, _ = global_tid(df["globalPid"])
         lanes = _device_lanes(pid, df["deviceId"].to_numpy(np.int64),
                               df["streamId"].to_numpy(np.int64))  # fmt: skip
@@ -252,6 +284,8 @@ def _device(export: _Export, strings: dict[int, str], rows: _Rows) -> pd.DataFra
             }
         )
         rows.add_attr(ids, "cuda.kind", pd.Series([what] * len(df)))
+        if what == "kernel" and demangled is not None:
+            rows.add_attr(ids, "cuda.demangled_name", demangled)
         for c in extra:
             rows.add_attr(ids, f"cuda.{c}", df[c])
         if "correlationId" in df:
@@ -268,6 +302,37 @@ def _device(export: _Export, strings: dict[int, str], rows: _Rows) -> pd.DataFra
                 )
             )
     return pd.concat(parts, ignore_index=True) if parts else None
+
+
+def _kernel_names(short: pd.Series, demangled: pd.Series | None = None) -> pd.Series:
+    """Kernels by their short name, unless kernels of the export that differ share one (three
+    ``vectorized_elementwise_kernel`` instances in the Fuser export): those get as much of
+    their demangled name's template arguments as tells them apart
+    (``vectorized_elementwise_kernel<(int)8, at::native::bfloat16_copy…>``), so they stay
+    apart in tables and diffs; the whole demangled name is the ``cuda.demangled_name``
+    attribute."""
+    names = short.fillna("kernel").astype(str)
+    if demangled is None:
+        return names
+    full = demangled.fillna(names).astype(str)
+    out = names.copy()
+    for name, variants in full.groupby(names):
+        distinct = pd.unique(variants)
+        if len(distinct) > 1:
+            out[variants.index] = variants.map(_distinguishing(str(name), list(distinct)))
+    return out
+
+
+def _distinguishing(short: str, variants: list[str]) -> dict[str, str]:
+    """Each demangled variant as ``short`` plus the shortest head of what follows it (at
+    least 24 characters) that no other variant shares."""
+    tails = {v: v[v.find(short) + len(short) :] if short in v else v for v in variants}
+    for width in range(24, max(map(len, tails.values())) + 1, 8):
+        heads = {v: t[:width] for v, t in tails.items()}
+        if len(set(heads.values())) == len(variants):
+            return {v: short + h + ("…" if len(h) < len(tails[v]) else "")
+                    for v, h in heads.items()}  # fmt: skip
+    return {v: short + t for v, t in tails.items()}
 
 
 def _device_lanes(pid: np.ndarray, device: np.ndarray, stream: np.ndarray) -> np.ndarray:

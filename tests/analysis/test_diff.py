@@ -78,8 +78,12 @@ def test_user_named_steps_and_foreign_traces_without_compute_spans():
         b.span("7/7", f"ProfilerStep#{k + 10}", 100 * k, 100 * k + 90)
         b.span("7/7", "aten::mm", 100 * k + 10, 100 * k + 50)
     trace = b.build()
+    # found without a flag, numbered as the profiler numbered them
+    assert steps(trace)["step"].tolist() == [10, 11, 12]
+    bare = TraceBuilder()
+    bare.span("7/7", "aten::mm", 10, 50)
     with pytest.raises(FdprofError, match="--step-name"):
-        steps(trace)
+        steps(bare.build())
     st = steps(trace, "ProfilerStep#")
     assert st["step"].tolist() == [0, 1, 2] and st["tokens"].isna().all()
     row = step_breakdown(trace, "ProfilerStep#").iloc[0]

@@ -91,6 +91,7 @@ def _two_process_trace() -> Trace:
     }
     syncs = {k: np.zeros(0, dtype=object if k in ("op", "obj", "lane") else np.int64)
              for k in ("op", "obj", "seq", "time", "pid", "tid", "lane", "span_id")}  # fmt: skip
+    syncs["keyed"] = np.zeros(0, dtype=bool)
     processes = {"pid": [1, 2], "role": ["", ""], "name": ["a", "b"], "anchored": [True, True],
                  "dp_rank": [-1, -1]}  # fmt: skip
     return assemble(trace, spans, attrs.build(), syncs, processes)
