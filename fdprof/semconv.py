@@ -182,3 +182,21 @@ def scoped_lane(pid: int, lane: str) -> str:
     if sep and kind in DEVICE_KINDS and "/stream:" in lane:
         return f"{pid}/{lane}"
     return lane
+
+
+# -- what an OTLP span says beyond its attributes, kept as attributes by the OTLP reader ------
+# (OpenTelemetry's own names for formats without these fields; only where the span is not
+# fdprof's: another scope, a kind other than internal, a status set)
+OTEL_SCOPE_NAME = "otel.scope.name"
+OTEL_SCOPE_VERSION = "otel.scope.version"
+#: ``server``, ``client``, ``producer`` or ``consumer`` (internal spans carry none)
+SPAN_KIND = "span.kind"
+#: ``OK`` or ``ERROR``, and the description that came with it
+OTEL_STATUS_CODE = "otel.status_code"
+OTEL_STATUS_DESCRIPTION = "otel.status_description"
+#: OpenTelemetry's resource and span attribute keys fdprof writes
+SERVICE_NAME = "service.name"
+SERVICE_INSTANCE_ID = "service.instance.id"
+PROCESS_PID = "process.pid"
+THREAD_ID = "thread.id"
+THREAD_NAME = "thread.name"

@@ -28,6 +28,7 @@ from opentelemetry.trace import SpanContext
 from fdprof import semconv as S
 from fdprof.errors import FdprofError
 from fdprof.probe import metric_names as M
+from fdprof.settings import OtelSettings
 
 #: histogram buckets in seconds, shared by both exports so their quantiles agree
 BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0)
@@ -101,9 +102,13 @@ def _views() -> list[View]:
 class OtelMetrics:
     """One MeterProvider (and resource) for one engine process, exporting over OTLP."""
 
-    def __init__(self, resource: Resource, exporter: MetricExporter, interval_s: float) -> None:
+    def __init__(
+        self, resource: Resource, exporter: MetricExporter, settings: OtelSettings
+    ) -> None:
         reader = PeriodicExportingMetricReader(
-            exporter, export_interval_millis=interval_s * 1000, export_timeout_millis=5000
+            exporter,
+            export_interval_millis=settings.metric_interval_ms,
+            export_timeout_millis=settings.metric_timeout_ms,
         )
         self.provider = MeterProvider(
             metric_readers=[reader], resource=resource, views=_views(), shutdown_on_exit=False

@@ -105,6 +105,23 @@ def pack_header(pid: int, mono_ns: int, epoch_ns: int, role: str, dp_rank: int,
                             dp_rank, tp_rank)  # fmt: skip
 
 
+#: anchors (epoch - monotonic) closer than this are taken to be one host's clock
+SAME_CLOCK_NS = 1_000_000
+
+
+def epoch_offsets(headers: list[FileHeader]) -> list[int]:
+    """What to add to each file's monotonic times to put them on the epoch. Processes of one
+    run share the host's monotonic clock, so when their anchors agree (within
+    :data:`SAME_CLOCK_NS`) they get one common offset, and cross-process order stays exactly
+    as the monotonic clock saw it instead of being jittered by each anchor's own measurement
+    error. The one rule for the trace reader and the live OpenTelemetry export alike."""
+    own = [h.epoch_anchor_ns - h.mono_anchor_ns for h in headers]
+    if not own or max(own) - min(own) > SAME_CLOCK_NS:
+        return own
+    common = int(np.median(own))
+    return [common] * len(own)
+
+
 def read_header(data: bytes | memoryview) -> FileHeader:
     """The header of a record file of either version; ``ValueError`` if ``data`` is not one."""
     layout = _HEADERS.get(bytes(data[:8]))

@@ -31,19 +31,25 @@ class RecordTail:
         self._fd: int | None = None
         self._offset = 0  # set from the header, once it is there
 
-    def poll(self) -> Iterator[tuple[int, int, int, tuple]]:
-        """``(kind, flags, tid, fields)`` of each complete record not returned before."""
+    def read_header(self) -> R.FileHeader | None:
+        """The file's header, once the file and its header are there (None before)."""
         if self._fd is None:
             try:
                 self._fd = os.open(self.path, os.O_RDONLY)
             except FileNotFoundError:
-                return
+                return None
         if self.header is None:
             try:
                 self.header = R.read_header(os.pread(self._fd, R.FILE_HEADER.size, 0))
             except ValueError:  # not written yet
-                return
+                return None
             self._offset = self.header.size
+        return self.header
+
+    def poll(self) -> Iterator[tuple[int, int, int, tuple]]:
+        """``(kind, flags, tid, fields)`` of each complete record not returned before."""
+        if self.read_header() is None:
+            return
         size = os.fstat(self._fd).st_size
         while self._offset < size:
             start = self._offset

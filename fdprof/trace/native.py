@@ -9,7 +9,8 @@ from record to column (:mod:`fdprof.trace.attrs`), never passing through text.
 Timestamps are ``time.monotonic_ns()``; each file's header anchors it to the epoch. Processes
 of one run share the host's monotonic clock, so when their anchors agree (within
 :data:`SAME_CLOCK_NS`) one common offset is applied: cross-process order stays exactly as the
-monotonic clock saw it instead of being jittered by each anchor's own measurement error.
+monotonic clock saw it instead of being jittered by each anchor's own measurement error
+(:func:`fdprof.probe.records.epoch_offsets`, the rule the live OpenTelemetry export follows too).
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from fdprof.trace.model import TEXT, Trace
 MANIFEST = "run.json"
 RUN_FORMAT = "fdprof-run/1"
 #: anchors (epoch - monotonic) closer than this are taken to be one host's clock
-SAME_CLOCK_NS = 1_000_000
+SAME_CLOCK_NS = R.SAME_CLOCK_NS
 
 _NUMPY_CODES = {"B": "u1", "H": "u2", "I": "u4", "Q": "u8", "q": "i8", "d": "f8", "s": "V"}
 
@@ -76,6 +77,8 @@ class _File:
     pid: int
     role: str
     offset_ns: int
+    #: the file's header: its clock anchors also tell this process apart from any other
+    header: R.FileHeader
     strings: dict[int, str] = field(default_factory=dict)
     spans: dict[str, np.ndarray | pa.Array] = field(default_factory=dict)
     #: typed attribute parts: (key, kind, span ids, values, record offsets)
@@ -107,7 +110,7 @@ def _decode(path: Path) -> _File | None:
         header = R.read_header(data)
     except ValueError as exc:
         raise FdprofError(f"{path}: {exc}") from None
-    out = _File(header.pid, header.role, header.epoch_anchor_ns - header.mono_anchor_ns)
+    out = _File(header.pid, header.role, header.epoch_anchor_ns - header.mono_anchor_ns, header)
     offs = R.record_offsets(data, header.size)
     kinds = np.frombuffer(data, dtype=np.uint8)[offs]
     unknown = set(np.unique(kinds).tolist()) - _KNOWN
@@ -293,16 +296,14 @@ def read(path: Path) -> Trace:
 
 def _share_clock(files: list[_File]) -> None:
     """Put every file on one offset when all anchors read the same host clock (module doc)."""
-    offsets = np.array([f.offset_ns for f in files])
-    if offsets.max() - offsets.min() > SAME_CLOCK_NS:
-        return
-    common = int(np.median(offsets))
-    for f in files:
-        shift = common - f.offset_ns
+    for f, offset in zip(files, R.epoch_offsets([f.header for f in files]), strict=True):
+        shift = offset - f.offset_ns
+        if not shift:
+            continue
         f.spans["start"] = f.spans["start"] + shift
         f.spans["end"] = np.where(f.spans["end"] == -1, -1, f.spans["end"] + shift)
         f.syncs["time"] = f.syncs["time"] + shift
-        f.offset_ns = common
+        f.offset_ns = offset
 
 
 def _build(trace: Trace, files: list[_File], by_pid: dict[int, dict[str, Any]]) -> None:
@@ -358,6 +359,8 @@ def _build(trace: Trace, files: list[_File], by_pid: dict[int, dict[str, Any]]) 
     trace.meta["thread_names"] = {
         f"{f.pid}/{tid}": name for f in files for tid, name in f.thread_names.items()
     }
+    #: pid -> its file's epoch anchor: with the pid, it names one process of one run
+    trace.meta["epoch_anchors"] = {f.pid: f.header.epoch_anchor_ns for f in files}
     unended = sum(f.unended for f in files)
     if unended:
         trace.warn(f"{unended} span(s) never ended (end = -1): a process was killed or cut")

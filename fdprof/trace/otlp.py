@@ -2,30 +2,33 @@
 
 Files are what the OpenTelemetry Collector's file exporter writes: one
 ``ExportTraceServiceRequest`` per line in the protobuf JSON mapping (hex trace and span ids,
-64-bit integers as strings). One resource per process (``process.pid``, ``fd.role``,
-``fd.dp_rank``); span attributes are the model's attributes, plus ``thread.id``; links are the
-``fd.links`` traceparents. Sync events become span events named ``sync`` (``sync.op``, ``sync.obj``,
-``sync.seq``, ``sync.span``, ``thread.id``, ``fd.lane``) on their span, or on a zero-length
-carrier span per process when they belong to no span; the reader takes any event carrying
-``sync.op`` or ``sync.obj`` as one (the probe's live export names them after the op), keyed
-when it carries ``sync.seq``, and a bad one is bad input. The ``fd.*`` markers below let the
-reader restore what OTLP cannot say (a span that never ended, a trace id the writer had to
-invent), so native → OTLP → model loses nothing.
+64-bit integers as strings). The spans are :class:`fdprof.trace.export.OtelView`'s, the ones
+``export-otlp`` sends: one resource per process (as the live export names it), span attributes
+plus ``thread.id``, links from ``fd.links``, sync records as span events named by their op
+(``sync.op``, ``sync.obj``, ``sync.seq``). The ``fd.*`` markers below let the reader restore
+what OTLP cannot say (a span that never ended, a trace id the writer had to derive, sync events
+of no span on a zero-length carrier span per process), so native → OTLP → model loses nothing.
+
+Read back, a file keeps what it said about itself: each process's resource attributes
+(``meta["resources"]``, which ``export-otlp`` sends again as they were), thread names, and
+span kinds, scopes and statuses other than fdprof's own, as the attributes ``span.kind``,
+``otel.scope.name``/``otel.scope.version`` and ``otel.status_code``/``otel.status_description``.
 """
 
 from __future__ import annotations
 
 import base64
-import hashlib
+import itertools
 import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
+from fdprof import semconv as S
 from fdprof.errors import FdprofError
+from fdprof.probe.otel_spans import OTLP_KINDS, OTLP_STATUS, SCOPE, SpanData
 from fdprof.trace import conventions as C
 from fdprof.trace.assemble import assemble
 from fdprof.trace.attrs import AttrsBuilder
@@ -33,18 +36,32 @@ from fdprof.trace.chrome import SPAN_LANE, SPAN_ROLE
 from fdprof.trace.jsonstream import Stream, open_text
 from fdprof.trace.model import Trace, rows
 
-THREAD_ID = "thread.id"
-PROCESS_PID = "process.pid"
-SERVICE_NAME = "service.name"
+THREAD_ID = S.THREAD_ID
+PROCESS_PID = S.PROCESS_PID
+SERVICE_NAME = S.SERVICE_NAME
+#: resource attributes only files carry (the processes table's columns OTLP has no key for)
 PROCESS_NAME, PROCESS_ANCHORED = "fd.process_name", "fd.anchored"
-UNENDED, SYNTHETIC_TRACE, CARRIER = "fd.unended", "fd.synthetic_trace", "fd.sync_carrier"
-SYNC_EVENT, SYNC_SPAN = "sync", "sync.span"
-SCOPE = {"name": "fdprof", "version": "1"}
-#: spans per request (one line of the file, one POST of export-otlp)
+UNENDED, SYNTHETIC_TRACE = "fd.unended", "fd.synthetic_trace"
+#: the zero-length span per process that carries sync events of no span
+CARRIER, CARRIER_NAME = "fd.sync_carrier", "fdprof.syncs"
+#: an event's span and process, where it is carried (not its span's own)
+SYNC_SPAN = "sync.span"
+#: spans per request (one line of the file)
 BATCH = 2000
+#: scopes whose spans are fdprof's own (no ``otel.scope.*`` attributes kept for them)
+OWN_SCOPE = SCOPE[0]
+#: OTLP's span kinds and status codes (numbers, or JSON enum names) -> ``span.kind`` (internal
+#: and unspecified spans carry none) and ``otel.status_code``
+_KINDS = {n: k for k, n in OTLP_KINDS.items() if k != "internal"} | {
+    f"SPAN_KIND_{k.upper()}": k for k in OTLP_KINDS if k != "internal"
+}
+_STATUS_NAMES = {n: c for c, n in OTLP_STATUS.items()} | {
+    f"STATUS_CODE_{c}": c for c in OTLP_STATUS
+}
 
 MASK64 = (1 << 64) - 1
-_RESERVED = {THREAD_ID, SPAN_LANE, SPAN_ROLE, UNENDED, SYNTHETIC_TRACE, CARRIER}
+_RESERVED = {THREAD_ID, S.THREAD_NAME, SPAN_LANE, SPAN_ROLE, UNENDED, SYNTHETIC_TRACE, CARRIER}
+_FILE_ONLY = (PROCESS_NAME, PROCESS_ANCHORED)
 
 
 def any_value(value: Any) -> dict[str, Any]:
@@ -101,161 +118,70 @@ def _attr_pairs(items: Any) -> Iterator[tuple[str, Any]]:
             raise ValueError(f"attribute {item['key']}: {exc}") from None
 
 
-def _hex_id(value: int, width: int) -> str:
-    return f"{value & ((1 << (4 * width)) - 1):0{width}x}"
+def write(trace: Trace, path: str | Path) -> None:
+    """``trace`` as OTLP JSON, a line per ``BATCH`` spans of one process (and one for each
+    process without spans, so that it is read back)."""
+    from fdprof.trace.export import OtelView
 
+    view = OtelView(trace, lossless=True)
+    procs = {pid: (name, anchored) for pid, name, anchored in
+             rows(trace.processes, ["pid", "name", "anchored"])}  # fmt: skip
+    with Path(path).open("w", encoding="utf-8") as out:
 
-def _synthetic_trace(pid: int) -> str:
-    return hashlib.blake2b(f"fdprof/{pid}".encode(), digest_size=16).hexdigest()
-
-
-def requests(trace: Trace, batch: int = BATCH) -> Iterator[dict[str, Any]]:
-    """The trace as ``ExportTraceServiceRequest`` dicts (JSON mapping), ``batch`` spans each."""
-    spans = trace.spans
-    attrs_of = trace.attrs.by_span()
-    events_of, carried = _sync_events(trace)
-    procs = trace.processes.set_index("pid")
-    role_of = dict(rows(trace.processes, ["pid", "role"]))
-    lanes = C.thread_lanes(spans["pid"].to_numpy(), spans["tid"].to_numpy())
-    trace_ids = spans["trace_id"].to_numpy(object, na_value=None)
-    by_pid: dict[int, list[dict[str, Any]]] = {}
-    cols = ["span_id", "parent_id", "name", "start", "end", "pid", "tid", "lane", "role"]
-    for i, (sid, parent, name, start, end, pid, tid, lane, role) in enumerate(rows(spans, cols)):
-        extra: dict[str, Any] = {THREAD_ID: tid}
-        own = attrs_of.get(sid, {})
-        if lane != lanes[i] and C.LANE not in own:
-            extra[SPAN_LANE] = lane
-        if pid in role_of and role != role_of[pid] and C.ROLE not in own:
-            extra[SPAN_ROLE] = role
-        if end < 0:
-            extra[UNENDED] = True
-        if trace_ids[i] is None:
-            extra[SYNTHETIC_TRACE] = True
-        by_pid.setdefault(pid, []).append(
-            _span(
-                sid,
-                parent,
-                name,
-                start,
-                max(end, start),
-                trace_ids[i] or _synthetic_trace(pid),
-                own,
-                extra,
-                events_of.get(sid, []),
-            )
-        )
-    for pid, events in carried.items():
-        by_pid.setdefault(pid, []).append(
-            _span(
-                0,
-                0,
-                "fdprof.syncs",
-                events[0]["t"],
-                events[0]["t"],
-                _synthetic_trace(pid),
-                {},
-                {CARRIER: True, SYNTHETIC_TRACE: True},
-                events,
-            )
-        )
-    for pid in procs.index.tolist():
-        by_pid.setdefault(pid, [])
-    if not by_pid:
-        yield {"resourceSpans": []}
-    for pid, otel_spans in by_pid.items():
-        resource = _resource(pid, procs)
-        for lo in range(0, max(len(otel_spans), 1), batch):
-            yield {
+        def line(pid: int, spans: list) -> None:
+            values = dict(view.attributes[pid])
+            if pid in procs:
+                values[PROCESS_NAME], values[PROCESS_ANCHORED] = str(procs[pid][0]), procs[pid][1]
+            scopes = []
+            for (name, version), group in itertools.groupby(spans, key=lambda s: s.scope):
+                meta = {"name": name, **({"version": version} if version else {})}
+                scopes.append({"scope": meta, "spans": [_span_json(s) for s in group]})
+            request = {
                 "resourceSpans": [
-                    {
-                        "resource": {"attributes": resource},
-                        "scopeSpans": [{"scope": SCOPE, "spans": otel_spans[lo : lo + batch]}],
-                    }
+                    {"resource": {"attributes": attributes(values)}, "scopeSpans": scopes}
                 ]
             }
-
-
-def _resource(pid: int, procs: pd.DataFrame) -> list[dict[str, Any]]:
-    role = str(procs.at[pid, "role"]) if pid in procs.index else ""
-    values: dict[str, Any] = {SERVICE_NAME: f"fdprof.{role or 'process'}", PROCESS_PID: pid}
-    if pid in procs.index:
-        values[C.ROLE] = role
-        values[PROCESS_NAME] = str(procs.at[pid, "name"])
-        values[PROCESS_ANCHORED] = bool(procs.at[pid, "anchored"])
-        values[C.DP_RANK] = int(procs.at[pid, "dp_rank"])
-    return attributes(values)
-
-
-def _span(sid, parent, name, start, end, trace_id, own, extra, events) -> dict[str, Any]:
-    values = {k: v for k, v in own.items() if k != C.LINKS} | extra
-    span: dict[str, Any] = {
-        "traceId": trace_id,
-        "spanId": _hex_id(sid, 16),
-        "name": name,
-        "kind": 1,
-        "startTimeUnixNano": str(start),
-        "endTimeUnixNano": str(end),
-        "attributes": attributes(values),
-    }
-    if parent:
-        span["parentSpanId"] = _hex_id(parent, 16)
-    if events:
-        span["events"] = [
-            {"timeUnixNano": str(e["t"]), "name": SYNC_EVENT, "attributes": e["attributes"]}
-            for e in events
-        ]
-    links = own.get(C.LINKS)
-    if links:
-        span["links"] = [{"traceId": tp.split("-")[1], "spanId": tp.split("-")[2]} for tp in links]
-    return span
-
-
-def _sync_events(trace: Trace) -> tuple[dict[int, list], dict[int, list]]:
-    """Sync events by owning span, and those with no span in this trace by process."""
-    known = set(trace.spans["span_id"].tolist())
-    pid_of = dict(zip(trace.spans["span_id"].tolist(), trace.spans["pid"].tolist(), strict=True))
-    on_span: dict[int, list] = {}
-    carried: dict[int, list] = {}
-    cols = ["op", "obj", "seq", "keyed", "time", "pid", "tid", "lane", "span_id"]
-    for op, obj, seq, keyed, t, pid, tid, lane, span in rows(trace.syncs, cols):
-        values = {C.SYNC_OP: op, C.SYNC_OBJ: obj}
-        if keyed:  # an unkeyed event has no sync.seq
-            values[C.SYNC_SEQ] = seq
-        values |= {SYNC_SPAN: span, PROCESS_PID: pid, THREAD_ID: tid, C.LANE: lane}
-        event = {"t": t, "attributes": attributes(values)}
-        if span in known and pid_of[span] == pid:
-            on_span.setdefault(span, []).append(event)
-        else:
-            carried.setdefault(pid, []).append(event)
-    return on_span, carried
-
-
-def write(trace: Trace, path: str | Path) -> None:
-    with Path(path).open("w", encoding="utf-8") as out:
-        for request in requests(trace):
             out.write(json.dumps(request, separators=(",", ":"), ensure_ascii=False))
             out.write("\n")
 
+        written = set()
+        for pid, group in itertools.groupby(view.spans(), key=lambda item: item[0]):
+            written.add(pid)
+            spans = [span for _, span in group]
+            for lo in range(0, len(spans), BATCH):
+                line(pid, spans[lo : lo + BATCH])
+        for pid in view.attributes:
+            if pid not in written:
+                line(pid, [])
+        if not view.attributes:
+            out.write('{"resourceSpans":[]}\n')
 
-def to_protobuf(request: dict[str, Any]) -> bytes:
-    """A request dict (OTLP JSON mapping) as the protobuf bytes OTLP/HTTP sends."""
-    from google.protobuf.json_format import ParseDict
-    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
-        ExportTraceServiceRequest,
-    )
 
-    def b64(hex_id: str) -> str:
-        return base64.b64encode(bytes.fromhex(hex_id)).decode()
-
-    for rs in request["resourceSpans"]:
-        for ss in rs["scopeSpans"]:
-            for span in ss["spans"]:
-                for key in ("traceId", "spanId", "parentSpanId"):
-                    if key in span:
-                        span[key] = b64(span[key])
-                for link in span.get("links", []):
-                    link["traceId"], link["spanId"] = b64(link["traceId"]), b64(link["spanId"])
-    return ParseDict(request, ExportTraceServiceRequest()).SerializeToString()
+def _span_json(span: SpanData) -> dict[str, Any]:
+    """One span in the OTLP JSON mapping."""
+    out: dict[str, Any] = {
+        "traceId": f"{span.trace_id:032x}",
+        "spanId": f"{span.span_id:016x}",
+        "name": span.name,
+        "kind": OTLP_KINDS[span.kind or "internal"],
+        "startTimeUnixNano": str(span.start),
+        "endTimeUnixNano": str(span.end),
+        "attributes": attributes(span.attributes),
+    }
+    if span.parent_id:
+        out["parentSpanId"] = f"{span.parent_id:016x}"
+    if span.events:
+        out["events"] = [
+            {"timeUnixNano": str(e.time), "name": e.name, "attributes": attributes(e.attributes)}
+            for e in span.events
+        ]
+    if span.links:
+        out["links"] = [{"traceId": f"{t:032x}", "spanId": f"{s:016x}"} for t, s in span.links]
+    if span.status is not None:
+        out["status"] = {"code": OTLP_STATUS[span.status[0]]}
+        if span.status[1]:
+            out["status"]["message"] = span.status[1]
+    return out
 
 
 def sniff(path: Path, head: bytes) -> bool:
@@ -294,6 +220,9 @@ class _Reader:
             k: [] for k in ("op", "obj", "seq", "keyed", "time", "pid", "tid", "lane", "span_id")
         }
         self.procs: dict[int, dict[str, Any]] = {}
+        #: pid -> the resource's attributes, as the file gave them (less the file-only ones)
+        self.resources: dict[int, dict[str, Any]] = {}
+        self.thread_names: dict[str, str] = {}
         #: resources without process.pid, by their attributes -> a negative pid each
         self.anonymous: dict[str, int] = {}
 
@@ -307,25 +236,26 @@ class _Reader:
                 key = json.dumps(res, sort_keys=True, default=str)
                 pid = self.anonymous.setdefault(key, -1 - len(self.anonymous))
             role = str(res.get(C.ROLE, res.get(SERVICE_NAME, "")))
-            self.procs.setdefault(
-                pid,
-                {
+            if pid not in self.procs:
+                self.procs[pid] = {
                     "role": role,
                     "name": str(res.get(PROCESS_NAME, res.get(SERVICE_NAME, pid))),
                     "anchored": bool(res.get(PROCESS_ANCHORED, False)),
                     "dp_rank": C.dp_rank(res.get(C.DP_RANK)),
-                },
-            )
+                }
+                self.resources[pid] = {k: v for k, v in res.items() if k not in _FILE_ONLY}
             for ss in rs.get("scopeSpans", rs.get("scope_spans", [])):
+                scope = _scope_attrs(ss.get("scope"))
                 for span in ss.get("spans", []):
-                    self.span(span, pid, role)
+                    self.span(span, pid, role, scope)
         for key, (ids, values) in self.pending.items():
             self.attrs.add_values(key, ids, values)
         self.pending = {}
 
-    def span(self, span: dict, pid: int, role: str) -> None:
+    def span(self, span: dict, pid: int, role: str, scope: dict[str, Any]) -> None:
         values = dict(_attr_pairs(span.get("attributes", [])))
         sid = _id(span.get("spanId"), 8)
+        tid = int(values.get(THREAD_ID, 0))
         if values.pop(CARRIER, False):
             sid = 0
         else:
@@ -337,12 +267,14 @@ class _Reader:
             s["start"].append(start)
             s["end"].append(-1 if values.get(UNENDED) else int(span["endTimeUnixNano"]))
             s["pid"].append(pid)
-            s["tid"].append(int(values.get(THREAD_ID, 0)))
+            s["tid"].append(tid)
             s["role"].append(values.get(SPAN_ROLE, role))
             s["lane"].append(values.get(SPAN_LANE))
             synthetic = values.get(SYNTHETIC_TRACE)
             s["trace_id"].append(None if synthetic else _trace_id(span.get("traceId")))
-            for key, value in values.items():
+            if S.THREAD_NAME in values:
+                self.thread_names[f"{pid}/{tid}"] = str(values[S.THREAD_NAME])
+            for key, value in (values | scope | _kind_and_status(span)).items():
                 if key not in _RESERVED:
                     self.attr(sid, key, value)
             links = [
@@ -352,7 +284,7 @@ class _Reader:
             if links:
                 self.attr(sid, C.LINKS, links)
         for event in span.get("events", []):
-            self.event(event, sid, pid)
+            self.event(event, sid, pid, tid)
 
     def attr(self, sid: int, key: str, value: Any) -> None:
         got = self.pending.get(key)
@@ -361,7 +293,7 @@ class _Reader:
         got[0].append(sid)
         got[1].append(value)
 
-    def event(self, event: dict, sid: int, pid: int) -> None:
+    def event(self, event: dict, sid: int, pid: int, tid: int) -> None:
         values = dict(_attr_pairs(event.get("attributes", [])))
         if C.SYNC_OP not in values and C.SYNC_OBJ not in values:
             return  # not a sync event
@@ -375,9 +307,36 @@ class _Reader:
         s["keyed"].append(keyed)
         s["time"].append(int(event["timeUnixNano"]))
         s["pid"].append(int(values.get(PROCESS_PID, pid)))
-        s["tid"].append(int(values.get(THREAD_ID, 0)))
+        s["tid"].append(int(values.get(THREAD_ID, tid)))
         s["lane"].append(values.get(C.LANE))
         s["span_id"].append(int(values.get(SYNC_SPAN, sid)))
+
+
+def _scope_attrs(scope: Any) -> dict[str, Any]:
+    """``otel.scope.*`` for a scope that is not fdprof's own."""
+    if not isinstance(scope, dict) or not scope.get("name"):
+        return {}
+    name = str(scope["name"])
+    if name == OWN_SCOPE or name.startswith(OWN_SCOPE + "."):
+        return {}
+    out = {S.OTEL_SCOPE_NAME: name}
+    if scope.get("version"):
+        out[S.OTEL_SCOPE_VERSION] = str(scope["version"])
+    return out
+
+
+def _kind_and_status(span: dict) -> dict[str, Any]:
+    """``span.kind`` when not internal, ``otel.status_*`` when set."""
+    out: dict[str, Any] = {}
+    kind = _KINDS.get(span.get("kind"))
+    if kind is not None:
+        out[S.SPAN_KIND] = kind
+    status = span.get("status")
+    if isinstance(status, dict) and status.get("code") in _STATUS_NAMES:
+        out[S.OTEL_STATUS_CODE] = _STATUS_NAMES[status["code"]]
+        if status.get("message"):
+            out[S.OTEL_STATUS_DESCRIPTION] = str(status["message"])
+    return out
 
 
 def read(path: Path) -> Trace:
@@ -410,4 +369,8 @@ def read(path: Path) -> Trace:
         "anchored": [reader.procs[p]["anchored"] for p in procs],
         "dp_rank": [reader.procs[p]["dp_rank"] for p in procs],
     }
-    return assemble(trace, spans, reader.attrs.build(), syncs, processes)
+    trace = assemble(trace, spans, reader.attrs.build(), syncs, processes)
+    trace.meta["resources"] = reader.resources
+    if reader.thread_names:
+        trace.meta["thread_names"] = reader.thread_names
+    return trace

@@ -7,9 +7,11 @@ import json
 
 import pytest
 from engine_runs import fdprof_run
-from otlp_receiver import Receiver, attrs
+from otlp_receiver import Receiver, attrs, canonical
 
 from fdprof.probe.otel_export import STATS_FILE
+from fdprof.trace import load
+from fdprof.trace.export import export
 
 pytestmark = pytest.mark.slow
 
@@ -19,14 +21,18 @@ def test_engine_spans_and_metrics_reach_a_real_receiver(tmp_path, monkeypatch):
     with Receiver() as rx:
         results = json.loads(fdprof_run(tmp_path / "run", "--otlp-endpoint", rx.endpoint).stdout)
         spans = rx.spans()
+        live = canonical(rx.scoped_spans())
         metric_names = rx.metric_names()
+    with Receiver() as rx:  # the replay of the run's records sends the very same spans
+        export(load(tmp_path / "run"), rx.endpoint)
+        assert canonical(rx.scoped_spans()) == live
     assert results["swaps"]["to_cpu"] > 0
     manifest = json.loads((tmp_path / "run" / "run.json").read_text())
     pids = {p["pid"]: p["role"] for p in manifest["processes"]}
     roles_seen = {}
     for res, span in spans:
         assert res["fd.kv_lock"] == "ipc" and res["fd.role"] == pids[res["process.pid"]]
-        assert res["service.instance.id"].endswith(f"-{res['process.pid']}")
+        assert f"-{res['process.pid']}-" in res["service.instance.id"]
         roles_seen.setdefault(res["fd.role"], set()).add(span.name)
     assert set(roles_seen) == set(pids.values())
     assert "swap" in roles_seen["transfer"] and "execute_model" in roles_seen["worker"]

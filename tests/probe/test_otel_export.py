@@ -3,116 +3,19 @@ sent over OTLP/HTTP protobuf to a real receiver started here, and on a Prometheu
 
 from __future__ import annotations
 
-import multiprocessing as mp
-import os
 import re
 import threading
 import time
 import urllib.request
-from pathlib import Path
 
 import pytest
+from otel_processes import N_REQ, SPANS, run_processes
 from otlp_receiver import Receiver, attrs
 
-# the span vocabulary is the engine's own, defined once in engine/instrument.py
-from engine.instrument import BATCH_SIZE as BATCH
-from engine.instrument import (
-    BLOCKS,
-    CPU_WRITE,
-    DIRECTION,
-    GPU_READ,
-    GPU_WRITE,
-    LOCK_WAIT,
-    REQUEST,
-    STEP,
-    SWAP,
-)
-from engine.instrument import EXECUTE_MODEL as EXEC
-from engine.instrument import ISSUE_SWAP_TASK as ISSUE
-from engine.instrument import LOCK_HOLDER as HOLDER
-from engine.instrument import QUEUE_SWAP as QUEUE
 from fdprof import probe
+from fdprof import settings as env
 from fdprof.errors import FdprofError
-from fdprof.probe.context import trace_id_for
 from fdprof.probe.otel_export import OtelExportObserver, observers_for
-
-N_REQ = 4
-#: per request: request, step, lock_wait, issue_swap_task, swap, execute_model
-SPANS = 6 * N_REQ
-
-
-def _engine(run_dir, to_transfer, to_worker, go) -> None:
-    p = probe.configure(probe.ProbeConfig(run_dir=run_dir), "engine")
-    go.wait()
-    reqs = []
-    for r in range(N_REQ):
-        sid = p.begin(REQUEST)
-        reqs.append((sid, p.traceparent(sid, trace_id_for("test", r))))
-    for r, (rsid, tp) in enumerate(reqs):
-        with p.span(STEP) as step:
-            with p.span(LOCK_WAIT, step) as w:
-                p.set_str(w, HOLDER, "worker")
-            with p.span(ISSUE, rsid) as issue:
-                p.set_str(issue, DIRECTION, "to_cpu")
-                p.release(QUEUE, r, issue)
-                to_transfer.put((r, p.traceparent(issue, trace_id_for("test", r))))
-            to_worker.put(tp)
-    for rsid, _ in reqs:
-        p.end(rsid)
-    to_transfer.put(None)
-    to_worker.put(None)
-    probe.shutdown()
-
-
-def _transfer(run_dir, inbox, go) -> None:
-    p = probe.configure(probe.ProbeConfig(run_dir=run_dir), "transfer")
-    go.wait()
-    while (msg := inbox.get()) is not None:
-        task, tp = msg
-        p.acquire(QUEUE, task)
-        with p.span(SWAP) as sid:
-            p.link_context(sid, tp)
-            p.set_str(sid, DIRECTION, "to_cpu")
-            p.set_int(sid, BLOCKS, 2)
-            p.set_ints(sid, GPU_READ, [task, task + 10])
-            p.set_ints(sid, CPU_WRITE, [task])
-    os._exit(0)  # leaves without closing: the records are already in the file
-
-
-def _worker(run_dir, inbox, go) -> None:
-    p = probe.configure(probe.ProbeConfig(run_dir=run_dir), "worker")
-    go.wait()
-    while (tp := inbox.get()) is not None:
-        with p.span(EXEC) as sid:
-            p.link_context(sid, tp, link=True)
-            p.set_int(sid, BATCH, 3)
-            p.set_ints(sid, GPU_WRITE, [1, 2, 3])
-    probe.shutdown()
-
-
-def run_processes(run_dir: Path, observers) -> list[dict]:
-    """Three real spawned processes; observers start once their pids are known."""
-    ctx = mp.get_context("spawn")
-    go = ctx.Event()
-    to_transfer, to_worker = ctx.Queue(), ctx.Queue()
-    procs = {
-        "engine": ctx.Process(target=_engine, args=(str(run_dir), to_transfer, to_worker, go)),
-        "transfer": ctx.Process(target=_transfer, args=(str(run_dir), to_transfer, go)),
-        "worker": ctx.Process(target=_worker, args=(str(run_dir), to_worker, go)),
-    }
-    for proc in procs.values():
-        proc.start()
-    infos = [
-        {"pid": p.pid, "role": role, "name": role, "dp_rank": 0, "record": f"{role}-0-{p.pid}.rec"}
-        for role, p in procs.items()
-    ]
-    for obs in observers:
-        obs.start(run_dir, infos)
-    go.set()
-    for proc in procs.values():
-        proc.join(60)
-        assert proc.exitcode == 0
-    return infos
 
 
 def test_spans_resources_links_and_metrics_over_otlp(tmp_path, impl, monkeypatch):
@@ -138,7 +41,7 @@ def test_spans_resources_links_and_metrics_over_otlp(tmp_path, impl, monkeypatch
     for res, span in spans:
         by_role.setdefault(res["fd.role"], []).append((res, span))
         assert res["process.pid"] == pids[res["fd.role"]]
-        assert res["service.instance.id"] == f"{res['fd.role']}-0-{res['process.pid']}"
+        assert res["service.instance.id"].startswith(f"{res['fd.role']}-0-{res['process.pid']}-")
         assert res["fd.kv_lock"] == "ipc" and res["service.name"] == "fdprof-engine"
     assert set(by_role) == {"engine", "transfer", "worker"}
     named = {}
@@ -160,6 +63,10 @@ def test_spans_resources_links_and_metrics_over_otlp(tmp_path, impl, monkeypatch
     assert len({s.trace_id for s in named["request"]}) == N_REQ
     issue = named["issue_swap_task"][0]
     assert [e.name for e in issue.events] == ["release"]
+    assert {a.key: a.value.string_value for a in issue.events[0].attributes[:2]} == {
+        "sync.op": "release",
+        "sync.obj": "queue:swap",
+    }
     for s in named["lock_wait"]:
         assert named["step"] and s.parent_span_id in {x.span_id for x in named["step"]}
     assert {"fd.swap.duration", "fd.execute_model.duration", "fd.step.duration"} <= metric_names
@@ -269,7 +176,7 @@ def test_a_collecting_scraper_gets_the_final_counts(tmp_path):
     """Tailing only at stop (an hour between polls), every count reaches the endpoint after
     the run; stop() holds the endpoint open until the scraper has taken them."""
     config = probe.ProbeConfig(run_dir=str(tmp_path), metrics_port=0)
-    obs = OtelExportObserver(config, prometheus_port=config.metrics_port, poll_s=3600)
+    obs = OtelExportObserver(config, env.otel(), prometheus_port=config.metrics_port, poll_s=3600)
     run_processes(tmp_path, [obs])
     scraper = _Scraper(obs.prometheus.port)
     scraper.start()
@@ -291,6 +198,7 @@ def test_settings_from_the_environment(monkeypatch):
     assert len(observers_for(config)) == 1
     monkeypatch.setenv("OTEL_SDK_DISABLED", "true")
     assert observers_for(config) == []
+    monkeypatch.setenv("OTEL_SDK_DISABLED", "false")
     monkeypatch.setenv("OTEL_BSP_MAX_QUEUE_SIZE", "lots")
     with pytest.raises(FdprofError, match="OTEL_BSP_MAX_QUEUE_SIZE"):
-        OtelExportObserver(config)
+        observers_for(config)
