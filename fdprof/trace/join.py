@@ -103,6 +103,7 @@ def join(profile: Trace, run: Trace) -> Trace:
             "path": profile.meta.get("path"),
             "join": run.meta.get("path"),
             "clock_offset_ns": offset,
+            "ranges_joined": len(matched),
             "device_vs_nsys_ns": _device_vs_nsys(rest.loc[projections], mine, on_device),
         }
         | {k: run.meta[k] for k in ("config", "results") if k in run.meta}
