@@ -112,6 +112,9 @@ OUTPUT_TOKENS = "request.output_tokens"
 #: what an adapter hook raised (``fdprof.adapter_error`` spans), and the hook
 ERROR = "fd.error"
 HOOK = "fd.hook"
+#: on a span projecting an NVTX range onto a device lane (Nsight exports): how many kernels,
+#: memcpys and memsets launched inside the range ran there
+NVTX_GPU_OPS = "nvtx.gpu_ops"
 
 # -- sync events (``sync.*`` where a format carries them as attributes) --------------------
 SYNC_OP = "sync.op"
@@ -136,6 +139,9 @@ MUTEX_PREFIX = "mutex:"
 #: record with the waits on it
 DEVICE_LAUNCH_PREFIX = "launch:"
 DEVICE_EVENT_PREFIX = "event:"
+#: an Nsight export's host wait on a device lane: ``cuda:sync/<lane>`` (seq: the waiting API
+#: call's correlation id)
+CUDA_SYNC_PREFIX = "cuda:sync/"
 #: a device block's free and its next allocation (seq: the pool's count of free calls)
 BLOCK_FREE_OBJ = "block:free"
 #: collectives between workers (all-reduce, all-to-all ...): ``collective:<group>/rank<r>``,

@@ -26,7 +26,7 @@ from fdprof.analysis.stats import RatioCI, difference_ci, paired_ratio_ci, ratio
 from fdprof.analysis.timeline import covered, union
 from fdprof.trace.model import Trace
 
-SPAN_NEEDS = ("name", "start", "end", "role")
+SPAN_NEEDS = ("span_id", "name", "start", "end", "role")
 SWAP_NAMES = S.SWAP_SPANS
 COMPUTE_NAMES = S.COMPUTE_SPANS
 LOCK_NAMES = S.LOCK_SPANS
@@ -135,6 +135,9 @@ class DiffResult:
 
 def summarize(trace: Trace, label: str = "", step_name: str | None = None) -> RunSummary:
     spans = require(trace.spans, "spans", SPAN_NEEDS)
+    # an NVTX range's projection onto the device repeats its range's name: time by name and
+    # role counts the range and the device work itself, not the projection too
+    spans = spans[~spans["span_id"].isin(trace.attr(S.NVTX_GPU_OPS).index)]
     b = step_breakdown(trace, step_name)
     spans = spans[~spans["name"].astype(str).str.match(ENVELOPE.pattern)]  # not work
     tokens = float(b["tokens"].sum()) if b["tokens"].notna().any() else None

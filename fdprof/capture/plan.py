@@ -24,11 +24,13 @@ class CapturePlan:
     nvtx: bool = False
     py_spy: bool = False
     workload: str = ""
+    #: running under Nsight Systems (``fdprof run --nsys``): NVTX on, nsys is the NVTX tool
+    nsys: bool = False
 
     def probe_config(self, run_dir: Path, kv_lock: str) -> ProbeConfig:
         return ProbeConfig(
             run_dir=str(run_dir),
-            nvtx=self.nvtx,
+            nvtx=self.nvtx or self.nsys,
             otlp_endpoint=self.otlp_endpoint,
             metrics_port=self.metrics_port,
             resource={S.KV_LOCK: kv_lock, S.WORKLOAD: self.workload},

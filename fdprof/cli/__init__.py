@@ -64,6 +64,8 @@ def _bad_input(args: argparse.Namespace, message: str) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    #: the command line as given, for a command that starts itself again (run --nsys)
+    args.argv = list(sys.argv[1:] if argv is None else argv)
     try:
         return int(args.func(args) or 0)
     except FdprofError as exc:

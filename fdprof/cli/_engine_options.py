@@ -121,6 +121,9 @@ def port_number(text: str) -> int:
 
 
 def capture_plan(args: argparse.Namespace) -> CapturePlan:
+    from fdprof.capture.nsys import inside_nsys
+
     return CapturePlan(
-        args.otlp_endpoint, args.metrics_port, args.nvtx_capture, args.py_spy, args.workload
-    )
+        args.otlp_endpoint, args.metrics_port, args.nvtx_capture, args.py_spy, args.workload,
+        nsys=inside_nsys(),
+    )  # fmt: skip

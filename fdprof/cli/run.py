@@ -22,12 +22,19 @@ def register(subparsers) -> None:
         description="Serve a workload with the multi-process engine (scheduler + cache manager, "
         "cache transfer process, worker) and record every swap, execute_model, lock and sync "
         "edge into a run directory. Exit 0 on success, 1 if a correct run (no --fault) found "
-        "corrupted KV blocks, 2 on bad input or a crashed engine process.",
+        "corrupted KV blocks, 2 on bad input or a crashed engine process (or --nsys without "
+        "nsys on the PATH).",
     )
     add_engine_arguments(p)
     p.add_argument("--out", required=True, type=Path, help="run directory to write")
     p.add_argument("--json", action="store_true", help="print the results as one JSON object")
     add_capture_arguments(p)
+    p.add_argument(
+        "--nsys",
+        action="store_true",
+        help="run under Nsight Systems (nsys profile --trace=cuda,nvtx,osrt; nsys must be on "
+        "the PATH) and join its SQLite export to the records by span id: RUN/nsys/",
+    )
     p.set_defaults(func=handle)
 
 
@@ -50,10 +57,13 @@ def _summary(r: dict) -> str:
 
 def handle(args: argparse.Namespace) -> int:
     from engine.launcher import run_engine
+    from fdprof.capture import nsys
     from fdprof.report.progress import ProgressBar
 
     config = engine_config(args)
     run_dir = args.out.resolve()
+    if args.nsys and not nsys.inside_nsys():
+        return nsys.run_under_nsys(args.argv, run_dir, args.json)
     capture = capture_plan(args)
     probe_config = capture.probe_config(run_dir, config.kv_lock)
     observers, env = capture.observers_and_env(probe_config)

@@ -15,8 +15,8 @@ per-object counter), so happens-before sees that and nothing more:
   the host where ``synchronize``/``query`` returns;
 - synchronize -> host: a stream's synchronisation is a record of its own event and a host wait.
 
-Until the trace model's ``keyed`` column lands, every seq here is >= 1, which the current
-pairing already matches exactly (seq -1 alone pairs in time order).
+Every one of them is recorded keyed (the record's SYNC_KEYED flag): only the same object's
+same seq pairs.
 
 The records go through the recorder's low-level writers, which take explicit times: device
 spans begin and end when the device says, not when the record is written. Names, keys and

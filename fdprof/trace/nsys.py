@@ -15,6 +15,9 @@ What becomes what:
   each CUDA runtime call that launched one releases ``cuda:launch/<pid>`` (sequence: the
   correlation id, which is per process) and the device work acquires it, so launch order is a
   happens-before edge.
+- NVTX ranges projected onto the device work launched inside them (spans on the device lanes,
+  children of their range), and the host's stream and device synchronisations as edges:
+  :mod:`fdprof.trace.nsys_projection`.
 - Times are nanoseconds from the session start; ``TARGET_INFO_SESSION_START_TIME`` anchors them
   to the epoch (otherwise processes are marked unanchored and a warning says so).
 """
@@ -32,6 +35,7 @@ from fdprof.errors import FdprofError
 from fdprof.trace.assemble import assemble
 from fdprof.trace.attrs import AttrsBuilder
 from fdprof.trace.model import Trace
+from fdprof.trace.nsys_projection import host_waits, project
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 #: event types by ENUM_NSYS_EVENT_TYPE name, with the ids used when the export lacks the enum
@@ -174,11 +178,14 @@ def read(path: Path) -> Trace:
         trace.warn("no session start time in the export: times are from the session start")
     strings = export.strings()
     rows = _Rows()
-    if "NVTX_EVENTS" in export.tables:
-        _nvtx(export, strings, rows)
+    ranges = _nvtx(export, strings, rows) if "NVTX_EVENTS" in export.tables else None
     launched = _device(export, strings, rows)
-    if launched is not None:
-        _launches(export, launched, rows)
+    calls = _calls(export, strings)
+    if launched is not None and calls is not None:
+        _launches(calls, launched, rows)
+        if ranges is not None:
+            _projections(project(ranges, calls, launched), ranges, rows)
+        _host_waits(export, calls, launched, rows, trace)
     procs = _processes(export, rows)
     _assemble(trace, rows, procs, offset or 0, offset is not None)
     trace.meta["thread_names"] = _thread_names(export, strings)
@@ -193,7 +200,8 @@ def _name_sql(export: _Export, table: str, alias: str = "e") -> str:
     return text
 
 
-def _nvtx(export: _Export, strings: dict[int, str], rows: _Rows) -> None:
+def _nvtx(export: _Export, strings: dict[int, str], rows: _Rows) -> pd.DataFrame:
+    """NVTX events as spans; returns the ranges (``range_id, pid, tid, start, end, name``)."""
     cols = export.columns("NVTX_EVENTS")
     missing = {"start", "eventType", "globalTid"} - cols
     if missing:
@@ -218,6 +226,7 @@ def _nvtx(export: _Export, strings: dict[int, str], rows: _Rows) -> None:
     )
     ranges = df[kind.isin([types["NvtxPushPopRange"], types["NvtxStartEndRange"]])]
     marks = df[kind == types["NvtxMark"]]
+    out = pd.DataFrame({"range_id": [], "pid": [], "tid": [], "start": [], "end": [], "name": []})
     for part, is_mark in ((ranges, False), (marks, True)):
         if not len(part):
             continue
@@ -241,6 +250,18 @@ def _nvtx(export: _Export, strings: dict[int, str], rows: _Rows) -> None:
         cats = part["category"].astype(object).where(part["category"].notna(), None)
         named = [category_of.get(c, c) if c else None for c in cats]
         rows.add_attr(ids, "nvtx.category", pd.Series(named, dtype=object))
+        if not is_mark:
+            out = pd.DataFrame(
+                {
+                    "range_id": ids,
+                    "pid": pid,
+                    "tid": tid,
+                    "start": start,
+                    "end": end,
+                    "name": part["name"].fillna("").to_numpy(object),
+                }
+            )
+    return out
 
 
 def _device(export: _Export, strings: dict[int, str], rows: _Rows) -> pd.DataFrame | None:
@@ -295,8 +316,12 @@ def _device(export: _Export, strings: dict[int, str], rows: _Rows) -> pd.DataFra
                         "correlationId": df["correlationId"].to_numpy(np.int64),
                         "span_id": ids,
                         "time": df["start"].to_numpy(np.int64),
+                        "start": df["start"].to_numpy(np.int64),
+                        "end": df["end"].fillna(-1).to_numpy(np.int64),
                         "pid": pid,
                         "tid": stream,
+                        "device": df["deviceId"].to_numpy(np.int64),
+                        "stream": stream,
                         "lane": lanes,
                     }
                 )
@@ -343,20 +368,30 @@ def _device_lanes(pid: np.ndarray, device: np.ndarray, stream: np.ndarray) -> np
     return np.array(names, dtype=object)[inverse.ravel()]
 
 
-def _launches(export: _Export, launched: pd.DataFrame, rows: _Rows) -> None:
+def _calls(export: _Export, strings: dict[int, str]) -> pd.DataFrame | None:
+    """Every CUDA runtime and driver API call: ``pid, tid, start, end, correlationId, name``."""
+    table = "CUPTI_ACTIVITY_KIND_RUNTIME"
+    cols = export.columns(table) if table in export.tables else set()
+    if {"start", "globalTid", "correlationId"} - cols:
+        return None
+    extra = "".join(f", {c}" for c in ("end", "nameId") if c in cols)
+    calls = export.query(f"SELECT start, globalTid, correlationId{extra} FROM {table}")
+    pid, tid = global_tid(calls["globalTid"])
+    start = calls["start"].to_numpy(np.int64)
+    names = calls["nameId"].map(strings) if "nameId" in calls else pd.Series([""] * len(calls))
+    return pd.DataFrame({
+        "pid": pid, "tid": tid, "start": start,
+        "end": calls["end"].fillna(-1).to_numpy(np.int64) if "end" in calls else start,
+        "correlationId": calls["correlationId"].fillna(-1).to_numpy(np.int64),
+        "name": names.fillna("").astype(str).to_numpy(object),
+    })  # fmt: skip
+
+
+def _launches(calls: pd.DataFrame, launched: pd.DataFrame, rows: _Rows) -> None:
     """``cuda:launch/<pid>`` edges from each runtime call to the device work it launched.
     Correlation ids are per process, so the object is too: two processes' call 5 are two
     edges."""
-    table = "CUPTI_ACTIVITY_KIND_RUNTIME"
-    if table not in export.tables or {"start", "globalTid", "correlationId"} - export.columns(
-        table
-    ):
-        return
-    calls = export.query(f"SELECT start, globalTid, correlationId FROM {table}")
-    pid, tid = global_tid(calls["globalTid"])
-    correlation = calls["correlationId"].fillna(-1).to_numpy(np.int64)
-    time = calls["start"].to_numpy(np.int64)
-    calls = pd.DataFrame({"pid": pid, "tid": tid, "correlationId": correlation, "time": time})
+    calls = calls[["pid", "tid", "correlationId", "start"]].rename(columns={"start": "time"})
     keys = ["pid", "correlationId"]
     calls = calls.merge(launched[keys].drop_duplicates(), on=keys)
     got = launched.merge(calls[keys].drop_duplicates(), on=keys)
@@ -381,6 +416,45 @@ def launch_objects(pids: np.ndarray) -> np.ndarray:
     """The launch-edge object of each row's process, ``cuda:launch/<pid>``."""
     uniques, inverse = np.unique(pids, return_inverse=True)
     return np.array([f"{LAUNCH}/{p}" for p in uniques.tolist()], dtype=object)[inverse.ravel()]
+
+
+def _projections(proj: pd.DataFrame, ranges: pd.DataFrame, rows: _Rows) -> None:
+    """Each (range, lane) projection as a span on the lane, child of its range."""
+    if not len(proj):
+        return
+    of = ranges.set_index("range_id").loc[proj["range_id"].to_numpy(np.int64)]
+    lanes = proj["lane"].to_numpy(object)
+    ids = rows.add_spans(
+        {
+            "name": of["name"].to_numpy(object),
+            "start": proj["start"].to_numpy(np.int64),
+            "end": proj["end"].to_numpy(np.int64),
+            "pid": of["pid"].to_numpy(np.int64),
+            "tid": proj["stream"].to_numpy(np.int64),
+            "lane": lanes,
+            "parent_id": proj["range_id"].to_numpy(np.int64),
+        }
+    )
+    rows.add_attr(ids, S.NVTX_GPU_OPS, proj["ops"].astype("int64"))
+
+
+def _host_waits(
+    export: _Export, calls: pd.DataFrame, launched: pd.DataFrame, rows: _Rows, trace: Trace
+) -> None:
+    table = "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION"
+    needed = {"correlationId", "deviceId", "streamId", "globalPid"}
+    if table in export.tables and not needed - export.columns(table):
+        waits = export.query(f"SELECT correlationId, deviceId, streamId, globalPid FROM {table}")
+        waits["pid"] = global_tid(waits["globalPid"])[0]
+    else:
+        waits = pd.DataFrame({c: [] for c in ("pid", "correlationId", "deviceId", "streamId")})
+    syncs, unplaced = host_waits(waits, calls, launched)
+    rows.syncs.append(syncs)
+    if unplaced:
+        trace.warn(
+            f"{unplaced} CUDA event synchronisation(s) (event synchronize, stream wait on an "
+            "event) are not edges: the export does not say where their events were recorded"
+        )
 
 
 def _processes(export: _Export, rows: _Rows) -> dict[int, str]:
@@ -414,9 +488,11 @@ def _assemble(trace: Trace, rows: _Rows, procs: dict[int, str], offset: int, anc
     end = cat(rows.spans, "end", np.int64)
     end = np.where(end < 0, -1, end + offset)
     pids = cat(rows.spans, "pid", np.int64)
+    for part in rows.spans:
+        part.setdefault("parent_id", np.zeros(len(part["start"]), dtype=np.int64))
     spans = {
         "span_id": cat(rows.spans, "span_id", np.int64),
-        "parent_id": np.zeros(len(start), dtype=np.int64),
+        "parent_id": cat(rows.spans, "parent_id", np.int64),
         "name": cat(rows.spans, "name", object),
         "start": start,
         "end": end,

@@ -215,3 +215,58 @@ def test_nvtx_ranges_of_device_work_carry_the_span_id(tmp_path):
     assert sorted(work["span_id"]) == sorted(sids) and all(s & DEVICE_SPAN_BIT for s in sids)
     recorded = load(tmp_path).spans.set_index("span_id")
     assert set(recorded.loc[sids, "lane"]) == {S.device_lane(proc.pid, S.DEVICE_CPU, 0, 1)}
+
+
+@pytest.mark.parametrize("sync_before_unlock", [False, True])
+def test_a_lock_around_the_launch_does_not_cover_the_kernel(recorded, sync_before_unlock):
+    """FastDeploy's lock is held around the host call to execute_model. With asynchronous
+    work the call only queues the kernel: the transfer thread takes the lock next and reads
+    the block the kernel is still writing. The detector says so (and the what-if agrees: the
+    lock never ordered that pair); synchronising the stream before unlocking orders it, and
+    then the what-if says the lock is what does."""
+    from fdprof.analysis.whatif import what_if_drop_lock
+
+    p, dev, finish = recorded
+    compute = dev.stream()
+    lock, lock_obj = threading.Lock(), probe.obj(S.LOCK_KV_PREFIX + "0")
+    worker_done = threading.Event()
+    ids = {}
+
+    def worker():
+        with lock:
+            p.acquire(lock_obj)
+            with p.span(H.EXECUTE_MODEL) as host:
+                ids["kernel"] = compute.launch(WRITE, time.sleep, 0.05, parent=host)
+                p.set_ints(ids["kernel"], H.GPU_WRITE, [5])
+            if sync_before_unlock:
+                compute.synchronize()
+            p.release(lock_obj)
+        worker_done.set()
+
+    def transfer():
+        worker_done.wait(30)
+        with lock:
+            p.acquire(lock_obj)
+            with p.span(H.SWAP) as sid:
+                p.set_ints(sid, H.GPU_READ, [5])
+                ids["swap"] = sid
+            p.release(lock_obj)
+
+    threads = [threading.Thread(target=f) for f in (worker, transfer)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    dev.synchronize()
+    trace = finish()
+    pair = {frozenset((ids["kernel"], ids["swap"]))}
+
+    def pairs(races):
+        return {frozenset(p) for p in zip(races["span_a"], races["span_b"], strict=True)}
+
+    what_if = what_if_drop_lock(trace)
+    if sync_before_unlock:
+        assert what_if.with_lock.clean and pairs(what_if.newly_unordered) == pair
+    else:
+        assert pairs(what_if.with_lock.races) == pair  # the lock covered the launch only
+        assert pairs(what_if.without_lock.races) == pair and what_if.newly_unordered.empty
