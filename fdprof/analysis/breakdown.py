@@ -149,14 +149,19 @@ def _on_device(spans: pd.DataFrame) -> pd.Series:
     return spans["lane"].str.contains(S.DEVICE_LANE_PATTERN).fillna(False).astype(bool)
 
 
+def _text(values: pd.Series) -> np.ndarray:
+    """Attribute values as plain strings, "" where a span has none (comparisons with pandas'
+    NA are neither true nor false)."""
+    return values.astype("string").fillna("").to_numpy(dtype=str)
+
+
 def device_kind(trace: Trace, spans: pd.DataFrame) -> pd.Series:
     """Each device span's kind (:data:`DEVICE_KINDS`), or None for an annotation: memcpy and
     memset by the reader's category (PyTorch's ``gpu_memcpy``/``gpu_memset``, Nsight's
     ``cuda.kind``) or the name Kineto gives them (``Memcpy HtoD ...``, ``Memset ...``),
     communication by HTA's pattern of NCCL-like kernel names, compute the other kernels."""
     ids = spans["span_id"]
-    cat = trace.attr("chrome.cat").reindex(ids).astype(object).to_numpy()
-    cuda = trace.attr("cuda.kind").reindex(ids).astype(object).to_numpy()
+    cat, cuda = (_text(trace.attr(key).reindex(ids)) for key in ("chrome.cat", "cuda.kind"))
     names = spans["name"].astype(str)
     kind = np.where(names.str.match(COMMUNICATION.pattern), "communication", "compute")
     kind = np.where(names.str.startswith("Memcpy"), "memcpy", kind)
