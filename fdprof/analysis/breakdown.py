@@ -48,6 +48,13 @@ COMMUNICATION = re.compile(r"^nccl|^hip|^hccl|ncclKernel")
 DEVICE_ANNOTATION_CATS = ("gpu_user_annotation",)
 
 
+def without_projections(trace: Trace, spans: pd.DataFrame) -> pd.DataFrame:
+    """``spans`` less the NVTX ranges' projections onto the device (``nvtx.gpu_ops``): each
+    repeats its range's name and covers device work that has spans of its own, so counting it
+    would make a second step of every step range and count its kernels twice."""
+    return spans[~spans["span_id"].isin(trace.attr(S.NVTX_GPU_OPS).index)]
+
+
 def steps(trace: Trace, step_name: str | None = None) -> pd.DataFrame:
     """One row per step: ``step``, ``start``, ``end``, ``duration`` (ns) and ``tokens``
     (from ``batch.tokens`` of the step's spans; NaN where unknown).
@@ -55,7 +62,7 @@ def steps(trace: Trace, step_name: str | None = None) -> pd.DataFrame:
     Steps are the spans named ``step_name`` (or starting with it, e.g. ``ProfilerStep#``);
     without it, the ``step`` spans, else each ``fd.step`` id's extent, else the PyTorch
     profiler's ``ProfilerStep#N`` spans (step N)."""
-    spans = require(trace.spans, "spans", STEP_NEEDS)
+    spans = without_projections(trace, require(trace.spans, "spans", STEP_NEEDS))
     spans = spans[spans["end"] != -1]
     names = spans["name"].astype(str)
     profiler = names.str.match(PROFILER_STEP.pattern)
@@ -198,7 +205,7 @@ def device_breakdown(trace: Trace, st: pd.DataFrame) -> pd.DataFrame | None:
     the windows tile the device timeline as HTA's one window over a whole trace does: the gap
     before the next step's first kernel is this step's idle time. Kinds are painted in
     priority order over every stream of the trace at once, as HTA merges a rank's kernels."""
-    spans = trace.spans[(trace.spans["end"] != -1)]
+    spans = without_projections(trace, trace.spans[(trace.spans["end"] != -1)])
     spans = spans[_on_device(spans).to_numpy()]
     if spans.empty:
         return None

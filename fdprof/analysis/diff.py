@@ -20,6 +20,7 @@ from fdprof.analysis.breakdown import (
     PARTS,
     device_breakdown,
     step_breakdown,
+    without_projections,
 )
 from fdprof.analysis.columns import json_records, require
 from fdprof.analysis.stats import RatioCI, difference_ci, paired_ratio_ci, ratio_ci, spread
@@ -134,10 +135,7 @@ class DiffResult:
 
 
 def summarize(trace: Trace, label: str = "", step_name: str | None = None) -> RunSummary:
-    spans = require(trace.spans, "spans", SPAN_NEEDS)
-    # an NVTX range's projection onto the device repeats its range's name: time by name and
-    # role counts the range and the device work itself, not the projection too
-    spans = spans[~spans["span_id"].isin(trace.attr(S.NVTX_GPU_OPS).index)]
+    spans = without_projections(trace, require(trace.spans, "spans", SPAN_NEEDS))
     b = step_breakdown(trace, step_name)
     spans = spans[~spans["name"].astype(str).str.match(ENVELOPE.pattern)]  # not work
     tokens = float(b["tokens"].sum()) if b["tokens"].notna().any() else None
