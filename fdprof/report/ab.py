@@ -189,14 +189,15 @@ def breakdown_chart(result: ABResult) -> D.Chart:
 
 
 def timeline_chart(result: ABResult, mode: str, label: str) -> D.Chart:
-    """A window of the mode's first run: one lane per span name, coloured by its part."""
+    """A window of the mode's first run: one lane per span name, coloured by the part it
+    paints (execute_model compute, the swap spans swap, lock_wait lock wait)."""
     run = result.of(mode)[0]
     t0, _ = run.timeline_window
     series = []
     for name, boxes in run.timeline.items():
         part = TIMELINE_SPANS[name]
         series.append(D.Series(
-            f"{name} ({PART_NAMES[part]})", [e - s for s, e in boxes], [name] * len(boxes),
+            name, [e - s for s, e in boxes], [name] * len(boxes),
             style="hbar", color=D.PART_COLORS[part], base=[s - t0 for s, _ in boxes],
             hover=[f"{name}: {s - t0:.1f}-{e - t0:.1f} ms ({e - s:.2f} ms)" for s, e in boxes],
         ))  # fmt: skip
