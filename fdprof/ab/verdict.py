@@ -89,7 +89,7 @@ class Verdict:
             f"{label} {self._total('races', label)} ({self._total('latent', label)} latent)"
             for label in self.labels
         )
-        where = f" in {', '.join(self.unsafe_runs)}" if self.unsafe_runs else ""
+        where = f"; unsafe runs: {', '.join(self.unsafe_runs)}" if self.unsafe_runs else ""
         required = ""
         if self.require_gain is not None:
             met = "met" if self.gain_met else "NOT MET"

@@ -105,9 +105,10 @@ def gain_chart(result: ABResult) -> D.Chart:
         for name, c, color in bars
     ]  # fmt: skip
     return D.Chart(
-        f"Gain ({result.labels[1]} / {result.labels[0]}) beside the ideal gain, 95% CIs",
+        f"Gain ({result.labels[1]} / {result.labels[0]} {result.unit}) beside the ideal gain, "
+        "95% CIs; dashed: no change",
         "",
-        f"throughput ratio (x, {result.unit}; log scale)",
+        "ratio (x, log scale)",
         series,
         log_y=True,
         reference_y=1.0,
@@ -184,23 +185,23 @@ def breakdown_chart(result: ABResult) -> D.Chart:
                  color=D.PART_COLORS[p])
         for p in PARTS
     ]  # fmt: skip
-    return D.Chart("Mean step time by part", "", "time per step (ms)", series, stacked=True)
+    return D.Chart("Mean step time by part", "mode", "time per step (ms)", series, stacked=True)
 
 
 def timeline_chart(result: ABResult, mode: str, label: str) -> D.Chart:
-    """A window of the mode's first run: one lane per span name, coloured by its part."""
+    """A window of the mode's first run: one lane per span name, coloured by the part it
+    paints (execute_model compute, the swap spans swap, lock_wait lock wait)."""
     run = result.of(mode)[0]
     t0, _ = run.timeline_window
     series = []
     for name, boxes in run.timeline.items():
         part = TIMELINE_SPANS[name]
         series.append(D.Series(
-            f"{name} ({PART_NAMES[part]})", [e - s for s, e in boxes], [name] * len(boxes),
+            name, [e - s for s, e in boxes], [name] * len(boxes),
             style="hbar", color=D.PART_COLORS[part], base=[s - t0 for s, _ in boxes],
             hover=[f"{name}: {s - t0:.1f}-{e - t0:.1f} ms ({e - s:.2f} ms)" for s, e in boxes],
         ))  # fmt: skip
-    return D.Chart(f"Timeline excerpt, {label} (run {run.name})", "time in window (ms)", "",
-                   series)  # fmt: skip
+    return D.Chart(f"Timeline excerpt of {run.name}", "time in window (ms)", "span", series)
 
 
 def runs_table(result: ABResult) -> D.Table:

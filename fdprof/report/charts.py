@@ -42,13 +42,7 @@ def figure(chart: Chart) -> dict[str, Any]:
         hovermode="closest",
     )  # fmt: skip
     if chart.reference_y is not None:
-        fig.add_hline(
-            y=chart.reference_y,
-            line_dash="dash",
-            line_color="#555",
-            annotation_text=f"{chart.reference_y:g}",
-            annotation_position="right",
-        )
+        fig.add_hline(y=chart.reference_y, line_dash="dash", line_color="#555")
     return fig.to_plotly_json()
 
 

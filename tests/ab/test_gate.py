@@ -42,7 +42,7 @@ def test_verdict_and_exit_code(args, safety, speed, code):
 
 def test_unsafe_verdict_names_the_runs_and_numbers():
     v = _verdict(0.9, 1.2, races=4, mismatches=2)
-    assert "new 4 (0 latent)" in v.line and "in new #0" in v.line
+    assert "new 4 (0 latent)" in v.line and "; unsafe runs: new #0;" in v.line
     assert "integrity mismatches 2" in v.line and "2 runs" in v.line
     assert "95% CI 0.900-1.200" in v.line
 

@@ -57,7 +57,7 @@ def test_every_chart_is_drawn(page):
     assert len(drawn) == expected
     assert all("main-svg" in chart for chart in drawn)  # plotly.js drew an SVG into each
     first = dom.index('id="chart-0"')
-    assert "Gain (fast / slow) beside the ideal gain" in dom[first : first + 20000]
+    assert "Gain (fast / slow requests/s) beside the ideal gain" in dom[first : first + 20000]
 
 
 def test_screenshot(toy_ab, tmp_path):
