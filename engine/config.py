@@ -37,6 +37,11 @@ class EngineConfig:
     #: tensor-parallel ranks per DP group: each has its shard of the KV heads (of the device
     #: pool) and its own transfer process
     tp: int = 1
+    #: expert parallelism: the decoder's MLP is a mixture of experts split across the DP
+    #: groups' workers, exchanged by all-to-all every layer of every step
+    ep: bool = False
+    #: experts each DP group's worker holds under ``ep``
+    experts_per_rank: int = 2
     fault: str | None = None
     #: ms the transfer process sleeps before a copy; None: 0 without a fault, 150 with one
     fault_delay_ms: float | None = None
@@ -71,6 +76,11 @@ class EngineConfig:
             (self.dp >= 1, "--dp must be at least 1"),
             (self.tp >= 1, "--tp must be at least 1"),
             (
+                not self.ep or self.dp >= 2,
+                "--ep needs --dp 2 or more (experts are split across the DP groups)",
+            ),
+            (not self.ep or self.tp == 1, "--ep with --tp above 1 is not supported"),
+            (
                 self.tp < 1 or self.kv_heads % self.tp == 0 == self.heads % self.tp,
                 f"--tp {self.tp} does not divide the model's {self.kv_heads} KV heads",
             ),
@@ -94,6 +104,10 @@ class EngineConfig:
     @property
     def locked(self) -> bool:
         return self.kv_lock in LOCKED
+
+    @property
+    def experts(self) -> int:
+        return self.dp * self.experts_per_rank
 
     def kv_shape(self, num_blocks: int) -> tuple[int, ...]:
         """A TP rank's KV pool: ``[layers, K|V, num_blocks, block_size, kv_heads / tp,

@@ -25,11 +25,41 @@ def fingerprints(pool: torch.Tensor, ids: list[int]) -> list[int]:
     return rows.sum(dim=1, dtype=torch.int64).tolist()
 
 
+def _runs(ids: list[int]) -> list[tuple[int, int]]:
+    """``[start, end)`` runs of consecutive ids (``ids`` sorted)."""
+    runs: list[tuple[int, int]] = []
+    for b in ids:
+        if runs and b == runs[-1][1]:
+            runs[-1] = (runs[-1][0], b + 1)
+        else:
+            runs.append((b, b + 1))
+    return runs
+
+
 class IntegrityChecker:
-    """Checks blocks against the fingerprints they must have, counting into :attr:`stats`."""
+    """Checks blocks against the fingerprints they must have, and values for NaN/Inf, counting
+    into :attr:`stats`."""
 
     def __init__(self) -> None:
         self.stats = IntegrityStats()
+
+    def count_nonfinite(self, t: torch.Tensor) -> int:
+        """NaN/Inf values in ``t`` (e.g. a step's logits), counted."""
+        bad = int((~torch.isfinite(t)).sum()) if t.numel() else 0
+        self.stats.nan += bad
+        return bad
+
+    def count_nonfinite_blocks(self, pool: torch.Tensor, ids: list[int]) -> int:
+        """NaN/Inf values in blocks ``ids`` (sorted) of a pool, counted. A run of consecutive
+        blocks is summed in place (no copy); only a run whose sum is not finite is counted
+        value by value, since finite values this small cannot sum to an infinity."""
+        bad = 0
+        for lo, hi in _runs(ids):
+            run = pool[:, :, lo:hi]
+            if not bool(torch.isfinite(run.sum())):
+                bad += int((~torch.isfinite(run)).sum())
+        self.stats.nan += bad
+        return bad
 
     def check(self, pool: torch.Tensor, ids: list[int], expected: list[int]) -> list[int]:
         """Compare blocks ``ids`` with their ``expected`` fingerprints; the ids that differ.

@@ -24,6 +24,7 @@ from engine.cache_manager import SwapStats
 from engine.config import EngineConfig
 from engine.ipc import Control, RunPaths, SwapSignal, create_shm_file, remove_stale
 from engine.process import GroupQueues, ProcessContext, child_environment, child_main
+from engine.reference import REFERENCE_DIR, TOKENS_FILE, compare_tokens, reference_config
 from engine.results import EngineStats, IntegrityStats, ProcessRecord, RunResults, StepLatency
 from engine.workloads import sized_for_workload
 from fdprof.errors import FdprofError
@@ -218,6 +219,7 @@ def _results(cfg: EngineConfig, group: _Group, wall_s: float, run_dir: Path) -> 
         swaps=SwapStats.total(e.swaps for e in engines),
         integrity=IntegrityStats.total(checkers),
         trace=str(run_dir),
+        outputs={rid: toks for e in engines for rid, toks in sorted(e.outputs.items())},
     )
 
 
@@ -227,13 +229,38 @@ def run_engine(
     observers: Sequence[RunObserver] = (),
     progress: Callable[[int, int], None] | None = None,
     env: Mapping[str, str] | None = None,
+    reference: bool = False,
 ) -> RunResults:
     """Serve ``config``'s workload with real processes; record into ``probe_config.run_dir``.
 
-    Returns the results (their ``to_json()`` is also written into ``run.json``). ``env`` is
-    added to the children's environment (e.g. NVTX injection). Raises :class:`EngineCrashed`
-    if a process dies.
+    Returns the results (their ``to_json()`` is also written into ``run.json``, each request's
+    tokens into ``tokens.json``). ``env`` is added to the children's environment (e.g. NVTX
+    injection). With ``reference``, the same seed is then served without swaps into
+    ``<run dir>/reference`` and the tokens compared (:mod:`engine.reference`). Raises
+    :class:`EngineCrashed` if a process dies.
     """
+    results = _run(config, probe_config, observers, progress, env)
+    if reference:
+        ref_dir = Path(probe_config.run_dir) / REFERENCE_DIR
+        ref = _run(reference_config(config), ProbeConfig(run_dir=str(ref_dir)), (), None, env)
+        results = replace(results, reference=compare_tokens(results.outputs, ref, ref_dir))
+        _rewrite_results(Path(probe_config.run_dir), results)
+    return results
+
+
+def _rewrite_results(run_dir: Path, results: RunResults) -> None:
+    manifest = json.loads((run_dir / "run.json").read_text())
+    manifest.pop("format", None)
+    _write_manifest(run_dir, **{**manifest, "results": results.to_json()})
+
+
+def _run(
+    config: EngineConfig,
+    probe_config: ProbeConfig,
+    observers: Sequence[RunObserver],
+    progress: Callable[[int, int], None] | None,
+    env: Mapping[str, str] | None,
+) -> RunResults:
     if probe_config.run_dir is None:
         raise FdprofError("run_engine needs probe_config.run_dir (the run directory)")
     cfg = sized_for_workload(config)
@@ -272,6 +299,7 @@ def run_engine(
         group.join(EXIT_GRACE_S)
         results = _results(cfg, group, wall_s, run_dir)
         manifest["results"] = results.to_json()
+        (run_dir / TOKENS_FILE).write_text(json.dumps(results.outputs) + "\n")
         status = "ok"
         return results
     except KeyboardInterrupt:

@@ -14,6 +14,12 @@ below, so every product here sees at least :data:`MIN_ROWS` rows (zero rows pad 
 Tensor parallelism (``tp`` ranks, Megatron's split): each rank holds its share of the heads
 (and of the KV heads: its shard of the pool) and of the MLP's hidden units; the attention
 output and MLP down projections are row-parallel and summed over the ranks by an all-reduce.
+
+Expert parallelism (``ep``, DP attention + EP experts as in DeepSeek-style serving): every DP
+group's worker runs the whole attention for its own requests, and each layer's MLP is a mixture
+of experts (top-1 gate) whose experts are split across the groups' workers. Tokens go to their
+expert's worker and back by all-to-all; a worker with no requests still joins every exchange
+with no tokens (:meth:`Decoder.join_empty`), so the collectives stay matched.
 """
 
 from __future__ import annotations
@@ -92,7 +98,8 @@ def _rows(w: torch.Tensor, rank: int, ranks: int) -> torch.Tensor:
 
 class Decoder:
     """The model, or TP rank ``tp_rank``'s share of it (``tp`` from the config); ``tp_group``
-    sums the ranks' partial outputs (None: a single rank)."""
+    sums the ranks' partial outputs (None: a single rank). With ``cfg.ep``, ``ep_group`` is
+    the collective of the DP groups' workers and this worker holds the experts of its rank."""
 
     def __init__(
         self,
@@ -100,16 +107,30 @@ class Decoder:
         device: str | torch.device = "cpu",
         tp_rank: int = 0,
         tp_group: Collective | None = None,
+        ep_group: Collective | None = None,
     ) -> None:
         self.cfg = cfg
         self.device = torch.device(device)
         self.tp_group = tp_group
+        self.ep_group = ep_group
+        if cfg.ep and ep_group is None:
+            raise ValueError("an expert-parallel model needs its expert-parallel group")
         self.heads, self.kv_heads = cfg.heads // cfg.tp, cfg.kv_heads // cfg.tp
         g = torch.Generator().manual_seed(cfg.seed)
         h, hd, t, tp = cfg.hidden, cfg.head_dim, tp_rank, cfg.tp
 
         def w(rows: int, cols: int) -> torch.Tensor:
             return torch.randn(rows, cols, generator=g) / math.sqrt(rows)
+
+        def mlp() -> dict[str, torch.Tensor]:
+            if not cfg.ep:
+                return {"w1": _cols(w(h, 2 * h), t, tp), "w2": _rows(w(2 * h, h), t, tp)}
+            layer = {"gate": w(h, cfg.experts)}
+            for e in range(cfg.experts):  # every expert drawn, so weights match on every rank
+                w1, w2 = w(h, 2 * h), w(2 * h, h)
+                if e // cfg.experts_per_rank == ep_group.rank:
+                    layer[f"w1.{e}"], layer[f"w2.{e}"] = w1, w2
+            return layer
 
         def on_device(layer: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
             return {k: v.to(self.device) for k, v in layer.items()}
@@ -122,17 +143,50 @@ class Decoder:
                     "wk": _cols(w(h, cfg.kv_heads * hd), t, tp),
                     "wv": _cols(w(h, cfg.kv_heads * hd), t, tp),
                     "wo": _rows(w(cfg.heads * hd, h), t, tp),
-                    "w1": _cols(w(h, 2 * h), t, tp),
-                    "w2": _rows(w(2 * h, h), t, tp),
+                    **mlp(),
                 }
             )
             for _ in range(cfg.layers)
+        ]
+        self.local_experts = [
+            e for e in range(cfg.experts if cfg.ep else 0) if f"w1.{e}" in self.layers[0]
         ]
         self.lm_head = w(h, cfg.vocab).to(self.device)
 
     def _reduce(self, partial: torch.Tensor) -> torch.Tensor:
         """The sum of the TP ranks' partial outputs (a rank's own, alone)."""
         return partial if self.tp_group is None else self.tp_group.all_reduce(partial)
+
+    def _mlp(self, p: dict[str, torch.Tensor], x: torch.Tensor) -> torch.Tensor:
+        """The MLP's output for rows ``x`` (already normalised)."""
+        if not self.cfg.ep:
+            return self._reduce(_mm(torch.nn.functional.gelu(_mm(x, p["w1"])), p["w2"]))
+        return self._experts(p, x)
+
+    def _experts(self, p: dict[str, torch.Tensor], x: torch.Tensor) -> torch.Tensor:
+        """Top-1 mixture of experts: each row to its expert's worker, through it, and back."""
+        group, per = self.ep_group, self.cfg.experts_per_rank
+        route = _mm(x, p["gate"])
+        expert = route.argmax(-1)
+        weight = route.softmax(-1).gather(1, expert[:, None])
+        dest = expert // per
+        order = torch.argsort(dest, stable=True)
+        send = torch.bincount(dest, minlength=group.size)
+        recv = group.all_to_all(send.view(-1, 1), [1] * group.size, [1] * group.size).view(-1)
+        send_counts, recv_counts = send.tolist(), recv.tolist()
+        rows = group.all_to_all(x[order], send_counts, recv_counts)
+        # the gate again here: row-invariant products give the sender's choice exactly
+        mine = _mm(rows, p["gate"]).argmax(-1)
+        out = torch.zeros_like(rows)
+        for e in self.local_experts:
+            sel = (mine == e).nonzero().view(-1)
+            if len(sel):
+                h = torch.nn.functional.gelu(_mm(rows[sel], p[f"w1.{e}"]))
+                out[sel] = _mm(h, p[f"w2.{e}"])
+        back = group.all_to_all(out, recv_counts, send_counts)
+        y = torch.empty_like(back)
+        y[order] = back
+        return weight * y
 
     def _hidden(self, tokens: torch.Tensor, pos: torch.Tensor, attend: Attention) -> torch.Tensor:
         cfg = self.cfg
@@ -144,8 +198,14 @@ class Decoder:
             k = _mm(a, p["wk"]).view(n, self.kv_heads, cfg.head_dim)
             v = _mm(a, p["wv"]).view(n, self.kv_heads, cfg.head_dim)
             x = x + self._reduce(_mm(attend(li, q, k, v).reshape(n, -1), p["wo"]))
-            x = x + self._reduce(_mm(torch.nn.functional.gelu(_mm(_rms(x), p["w1"])), p["w2"]))
+            x = x + self._mlp(p, _rms(x))
         return _rms(x)
+
+    def join_empty(self) -> None:
+        """A step with no tokens: this worker's part of every layer's expert exchange."""
+        x = torch.zeros(0, self.cfg.hidden, device=self.device)
+        for p in self.layers:
+            self._experts(p, x)
 
     def forward_paged(self, pool: torch.Tensor, seqs: list[SeqInput]) -> torch.Tensor:
         """Write the K/V of every sequence's new tokens into its blocks, attend over the blocks,

@@ -97,12 +97,33 @@ class RunResults:
     swaps: SwapStats
     integrity: IntegrityStats
     trace: str
+    #: request id -> its generated tokens (``tokens.json`` in the run directory, not the JSON)
+    outputs: dict[int, list[int]] = field(default_factory=dict, repr=False)
+    #: the tokens compared with a run of the same seed without swaps (``--reference``)
+    reference: ReferenceCheck | None = None
 
     def to_json(self) -> dict:
-        out = {k: getattr(self, k) for k in self.__dataclass_fields__}
-        for k in ("step_ms", "swaps", "integrity"):
-            out[k] = out[k].to_json()
+        out = {k: getattr(self, k) for k in self.__dataclass_fields__ if k != "outputs"}
+        for k in ("step_ms", "swaps", "integrity", "reference"):
+            out[k] = out[k].to_json() if out[k] is not None else None
         return out
+
+
+@dataclass(frozen=True)
+class ReferenceCheck:
+    """A run's tokens against the reference run's, request by request."""
+
+    run: str
+    requests: int
+    #: ids of the requests whose tokens differ (or that only one of the runs served)
+    mismatched: list[int]
+
+    @property
+    def equal(self) -> bool:
+        return not self.mismatched
+
+    def to_json(self) -> dict:
+        return {**asdict(self), "equal": self.equal}
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ admission, so nothing is ever preempted.
 
 from __future__ import annotations
 
+import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -146,6 +147,8 @@ class Scheduler:
             r = by_id[s.request_id]
             r.num_computed += len(s.tokens)
             r.outputs.append(tok)
+            if len(r.outputs) == 1:
+                probe.get().set_int(r.span, I.FIRST_TOKEN_NS, time.time_ns())
             full = r.num_computed // bs
             if full > r.num_registered:
                 hashes = block_hashes(r.tokens, bs, limit=full)[r.num_registered :]
@@ -164,4 +167,6 @@ class Scheduler:
         self.generated += len(r.outputs)
         self.outputs[r.spec.request_id] = list(r.outputs)
         self.running.remove(r)
-        probe.get().end(r.span)
+        p = probe.get()
+        p.set_int(r.span, I.OUTPUT_TOKENS, len(r.outputs))
+        p.end(r.span)

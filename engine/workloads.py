@@ -51,6 +51,6 @@ def sized_for_workload(cfg: EngineConfig) -> EngineConfig:
     if cfg.workload != "no-swap":
         return cfg
     need = PREFIXES * PREFIX_BLOCKS + sum(
-        blocks_for(cfg, s) for s in make_requests(cfg.with_(dp=1))
+        blocks_for(cfg, s) for s in make_requests(cfg.with_(dp=1, ep=False))
     )
     return cfg.with_(gpu_blocks=max(cfg.gpu_blocks, need))

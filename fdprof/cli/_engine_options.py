@@ -45,6 +45,13 @@ def add_engine_arguments(p: argparse.ArgumentParser, with_lock: bool = True) -> 
         help="tensor-parallel ranks per DP group, each with its shard of the KV pool and its "
         "own transfer process (default 1)",
     )
+    p.add_argument(
+        "--ep",
+        action="store_true",
+        help="expert parallelism (needs --dp 2 or more): the decoder's MLP becomes a mixture of "
+        "experts split across the DP groups' workers, exchanged by all-to-all; a worker with "
+        "no requests keeps joining with empty batches",
+    )
     p.add_argument("--fault", choices=FAULTS, default=None, help="seed a protocol bug")
     p.add_argument(
         "--fault-delay-ms",
@@ -83,6 +90,7 @@ def engine_config(args: argparse.Namespace, kv_lock: str | None = None):
         seed=args.seed,
         dp=args.dp,
         tp=args.tp,
+        ep=args.ep,
         fault=args.fault,
         fault_delay_ms=args.fault_delay_ms,
     )

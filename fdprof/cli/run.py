@@ -22,10 +22,17 @@ def register(subparsers) -> None:
         description="Serve a workload with the multi-process engine (scheduler + cache manager, "
         "cache transfer process, worker) and record every swap, execute_model, lock and sync "
         "edge into a run directory. Exit 0 on success, 1 if a correct run (no --fault) found "
-        "corrupted KV blocks, 2 on bad input or a crashed engine process (or --nsys without "
-        "nsys on the PATH).",
+        "corrupted KV blocks, NaN/Inf, or (with --reference) tokens that differ from the "
+        "reference run's, 2 on bad input or a crashed engine process (or --nsys without nsys "
+        "on the PATH).",
     )
     add_engine_arguments(p)
+    p.add_argument(
+        "--reference",
+        action="store_true",
+        help="then serve the same seed without swaps (or fault) into OUT/reference and compare "
+        "every request's tokens: they must be equal (exactly, on the CPU)",
+    )
     p.add_argument("--out", required=True, type=Path, help="run directory to write")
     p.add_argument("--json", action="store_true", help="print the results as one JSON object")
     add_capture_arguments(p)
@@ -51,8 +58,26 @@ def _summary(r: dict) -> str:
         "one run: `fdprof ab` repeats runs for a CI)\n"
         f"swaps: {sw['to_cpu']} to_cpu, {sw['to_gpu']} to_gpu, {sw['blocks']} blocks; "
         f"integrity: {integ['blocks_checked']} blocks checked, {integ['mismatches']} mismatches, "
-        f"{integ['nan']} NaN/Inf\ntrace: {r['trace']}"
+        f"{integ['nan']} NaN/Inf{_reference_line(r['reference'])}\ntrace: {r['trace']}"
     )
+
+
+def _reference_line(ref: dict | None) -> str:
+    if ref is None:
+        return ""
+    if ref["equal"]:
+        return f"\ntokens: equal to the reference run's ({ref['requests']} requests)"
+    return (
+        f"\ntokens: {len(ref['mismatched'])} of {ref['requests']} requests differ from the "
+        f"reference run's ({ref['run']})"
+    )
+
+
+def intact(results: dict) -> bool:
+    """No corrupted block, no NaN/Inf, and tokens equal to the reference where one ran."""
+    ref = results["reference"]
+    integ = results["integrity"]
+    return integ["mismatches"] == 0 and integ["nan"] == 0 and (ref is None or ref["equal"])
 
 
 def handle(args: argparse.Namespace) -> int:
@@ -68,7 +93,8 @@ def handle(args: argparse.Namespace) -> int:
     probe_config = capture.probe_config(run_dir, config.kv_lock)
     observers, env = capture.observers_and_env(probe_config)
     progress = None if args.json else ProgressBar(sys.stderr, "requests")
-    results = run_engine(config, probe_config, observers, progress, env).to_json()
+    results = run_engine(config, probe_config, observers, progress, env, args.reference)
+    results = results.to_json()
     capture.finish(run_dir)
     print(json.dumps(results) if args.json else _summary(results))
-    return 0 if results["integrity"]["mismatches"] == 0 or config.fault else 1
+    return 0 if intact(results) or config.fault else 1

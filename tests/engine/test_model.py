@@ -47,3 +47,15 @@ def test_fingerprint_catches_one_changed_value_and_counts_nan():
     pool[0, 1, 0, 0, 0, 0] = float("nan")
     assert checker.check(pool, [0, 2], fps) == [0, 2]
     assert checker.stats.to_json() == {"blocks_checked": 4, "mismatches": 2, "nan": 1}
+
+
+def test_nonfinite_values_in_touched_blocks_and_logits_are_counted():
+    checker = IntegrityChecker()
+    pool = torch.randn(CFG.kv_shape(8))
+    assert checker.count_nonfinite_blocks(pool, [0, 1, 2, 5]) == 0
+    pool[1, 1, 2, 0, 0, 3] = float("inf")
+    pool[0, 0, 5, 1, 1, 1] = float("nan")
+    pool[0, 0, 7, 0, 0, 0] = float("nan")  # not touched
+    assert checker.count_nonfinite_blocks(pool, [0, 1, 2, 5]) == 2
+    assert checker.count_nonfinite(torch.tensor([[0.0, float("-inf")], [1.0, 2.0]])) == 1
+    assert checker.stats.nan == 3

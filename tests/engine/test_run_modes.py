@@ -7,6 +7,7 @@ import pytest
 
 from engine.config import KV_LOCKS
 from engine.ipc import SEQ_STRIDE
+from fdprof import semconv as S
 from fdprof.probe import records as R
 from tests.engine.conftest import manifest, read_records, run
 
@@ -59,6 +60,8 @@ def test_mode_swaps_both_ways_without_corruption(tmp_path, kv_lock):
     assert (ops[("lock:kv/dp0", "acquire")] > 0) == (kv_lock != "none")
     assert all(s < SEQ_STRIDE for o, _, s in syncs if o == "queue:batch")
 
+    first = [f for k, f in recs["engine"] if k == R.Kind.ATTR_INT and f[1] == S.FIRST_TOKEN_NS]
+    assert len(first) == 32 and all(f[2] > 0 for f in first)
     swap_attrs = {f[1] for k, f in recs["transfer"] if k == R.Kind.ATTR_INTS}
     assert {"kv.gpu_read", "kv.cpu_write", "kv.cpu_read", "kv.gpu_write"} <= swap_attrs
 
