@@ -11,6 +11,7 @@ import os
 import pkgutil
 import signal
 import sys
+import traceback
 from pathlib import Path
 
 from fdprof.errors import FdprofError, missing_extra
@@ -105,6 +106,8 @@ def _limit_value(name: str):
     return parse
 
 
+#: exit status of an internal error (sysexits' EX_SOFTWARE)
+INTERNAL_ERROR = 70
 #: the longest error line: a message quoting input is cut, never a screenful
 MAX_LINE = 1000
 
@@ -115,15 +118,25 @@ def one_line(message: object) -> str:
     return text if len(text) <= MAX_LINE else text[: MAX_LINE - 3] + "..."
 
 
-def _bad_input(args: argparse.Namespace, message: str) -> int:
-    """Exit 2: one line on stderr, and a JSON error object on stdout when JSON was asked for
-    (a script reading stdout then always gets one object)."""
+def _bad_input(args: argparse.Namespace, message: str, code: int = 2) -> int:
+    """Exit ``code`` (2: bad input): one line on stderr, and a JSON error object on stdout
+    when JSON was asked for (a script reading stdout then always gets one object)."""
     message = one_line(message)
     print(f"fdprof {args.command}: {message}", file=sys.stderr)
     if getattr(args, "format", None) == "json":
-        error = {"command": args.command, "message": message, "exit_code": 2}
+        error = {"command": args.command, "message": message, "exit_code": code}
         print(json.dumps({"error": error}), flush=True)
-    return 2
+    return code
+
+
+def _internal_error(args: argparse.Namespace, exc: BaseException) -> int:
+    """Exit 70 (EX_SOFTWARE): not the input but fdprof is wrong. One line that says so and
+    what was raised; the traceback before it with ``--debug``."""
+    if getattr(args, "debug", False):
+        traceback.print_exception(exc, file=sys.stderr)
+    what = one_line(f"{type(exc).__name__}: {exc}")[:300]
+    hint = "" if getattr(args, "debug", False) else "; --debug shows the traceback"
+    return _bad_input(args, f"internal error, please report ({what}){hint}", INTERNAL_ERROR)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -141,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
     except ModuleNotFoundError as exc:  # an extra not installed (the engine without torch)
         error = missing_extra(exc)
         if error is None:
-            raise
+            return _internal_error(args, exc)
         return _bad_input(args, str(error))
     except MemoryError:  # past the limits, a trace as large as it says it is
         return _bad_input(args, "out of memory: the input needs more than this process may have")
@@ -154,6 +167,8 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"fdprof {args.command}: interrupted", file=sys.stderr)
         return 130
+    except Exception as exc:  # anything else is a bug of fdprof's, not of the input
+        return _internal_error(args, exc)
 
 
 if __name__ == "__main__":
