@@ -11,10 +11,11 @@ import os
 import pkgutil
 import signal
 import sys
+import traceback
 from pathlib import Path
 
 from fdprof.errors import FdprofError, missing_extra
-from fdprof.trace import Trace, load
+from fdprof.trace import Trace, limits, load
 
 
 class _Parser(argparse.ArgumentParser):
@@ -37,35 +38,115 @@ def load_trace(args: argparse.Namespace, path: Path, join: Path | None = None) -
     return trace
 
 
+#: the exit-status contract of every command (CONTRACTS.md); when several apply, 2 > 1 > 3 > 0
+EXIT_CODES = """exit status (every command):
+  0    ok / clean
+  1    races or corrupted KV blocks found (hazards, ab, run integrity)
+  2    bad input (one line on stderr saying why), or a crashed run
+  3    --require-gain not met
+  70   internal error ("internal error, please report"; --debug prints the traceback)
+  130  interrupted (Ctrl-C)   141  stdout closed   143  terminated (SIGTERM)
+when several apply: 2 over 1 over 3 over 0"""
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="fdprof",
         description=(
             "Profile an LLM-serving engine: run it, capture traces, diff runs, find KV hazards."
         ),
+        epilog=EXIT_CODES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    _add_common_options(parser, top=True)
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     for info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
         if info.name.startswith("_"):
             continue
         importlib.import_module(f"{__name__}.{info.name}").register(sub)
+    for command in sub.choices.values():
+        _add_common_options(command, top=False)
     return parser
 
 
-def _bad_input(args: argparse.Namespace, message: str) -> int:
-    """Exit 2: one line on stderr, and a JSON error object on stdout when JSON was asked for
-    (a script reading stdout then always gets one object)."""
+def _add_common_options(parser: argparse.ArgumentParser, top: bool) -> None:
+    """``--debug`` and the input limits, given before or after the command: the command's
+    copies leave the attribute alone unless given (SUPPRESS), so either place works."""
+    default = None if top else argparse.SUPPRESS
+    parser.add_argument(
+        "--debug",
+        action="store_true",
+        default=False if top else argparse.SUPPRESS,
+        help="on an internal error (exit 70), print the traceback",
+    )
+    group = parser.add_argument_group(
+        "input limits",
+        "what a trace may make fdprof allocate, whatever it claims; over a limit: one line, "
+        "exit 2. Sizes take K/M/G; 0: no limit (docs/trace.md)",
+    )
+    for name, (env, flag, what) in limits.SETTINGS.items():
+        group.add_argument(
+            flag,
+            dest=f"limit_{name}",
+            metavar="N",
+            default=default,
+            type=_limit_value(name),
+            help=f"{what}; also {env}",
+        )
+
+
+def _limit_value(name: str):
+    def parse(text: str) -> float:
+        try:
+            return limits.parse(name, text)
+        except FdprofError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    parse.__name__ = limits.SETTINGS[name][1]
+    return parse
+
+
+#: exit status of an internal error (sysexits' EX_SOFTWARE)
+INTERNAL_ERROR = 70
+#: the longest error line: a message quoting input is cut, never a screenful
+MAX_LINE = 1000
+
+
+def one_line(message: object) -> str:
+    """``message`` as one line of at most :data:`MAX_LINE` characters."""
+    text = " ".join(str(message).split("\n"))
+    return text if len(text) <= MAX_LINE else text[: MAX_LINE - 3] + "..."
+
+
+def _bad_input(args: argparse.Namespace, message: str, code: int = 2) -> int:
+    """Exit ``code`` (2: bad input): one line on stderr, and a JSON error object on stdout
+    when JSON was asked for (a script reading stdout then always gets one object)."""
+    message = one_line(message)
     print(f"fdprof {args.command}: {message}", file=sys.stderr)
     if getattr(args, "format", None) == "json":
-        error = {"command": args.command, "message": message, "exit_code": 2}
+        error = {"command": args.command, "message": message, "exit_code": code}
         print(json.dumps({"error": error}), flush=True)
-    return 2
+    return code
+
+
+def _internal_error(args: argparse.Namespace, exc: BaseException) -> int:
+    """Exit 70 (EX_SOFTWARE): not the input but fdprof is wrong. One line that says so and
+    what was raised; the traceback before it with ``--debug``."""
+    if getattr(args, "debug", False):
+        traceback.print_exception(exc, file=sys.stderr)
+    what = one_line(f"{type(exc).__name__}: {exc}")[:300]
+    hint = "" if getattr(args, "debug", False) else "; --debug shows the traceback"
+    return _bad_input(args, f"internal error, please report ({what}){hint}", INTERNAL_ERROR)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     #: the command line as given, for a command that starts itself again (run --nsys)
     args.argv = list(sys.argv[1:] if argv is None else argv)
+    limits.override(**{
+        name: value for name in limits.SETTINGS
+        if (value := getattr(args, f"limit_{name}", None)) is not None
+    })  # fmt: skip
     try:
         return int(args.func(args) or 0)
     except FdprofError as exc:
@@ -73,8 +154,10 @@ def main(argv: list[str] | None = None) -> int:
     except ModuleNotFoundError as exc:  # an extra not installed (the engine without torch)
         error = missing_extra(exc)
         if error is None:
-            raise
+            return _internal_error(args, exc)
         return _bad_input(args, str(error))
+    except MemoryError:  # past the limits, a trace as large as it says it is
+        return _bad_input(args, "out of memory: the input needs more than this process may have")
     except BrokenPipeError:  # the reader went away (| head): stop quietly, as a shell tool does
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 128 + signal.SIGPIPE
@@ -84,6 +167,8 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"fdprof {args.command}: interrupted", file=sys.stderr)
         return 130
+    except Exception as exc:  # anything else is a bug of fdprof's, not of the input
+        return _internal_error(args, exc)
 
 
 if __name__ == "__main__":

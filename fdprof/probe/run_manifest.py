@@ -19,7 +19,7 @@ from fdprof.probe import records as R
 MANIFEST = "run.json"
 RUN_FORMAT = "fdprof-run/1"
 #: ``<role>-<dp_rank>-<pid>.rec``, as :func:`fdprof.probe.configure` names record files
-_RECORD_NAME = re.compile(r"^(?P<role>.+)-(?P<dp>\d+)-(?P<pid>\d+)\.rec$")
+RECORD_NAME = re.compile(r"^(?P<role>.+)-(?P<dp>\d+)-(?P<pid>\d+)\.rec$")
 
 
 def processes_from_records(
@@ -35,7 +35,7 @@ def processes_from_records(
                 header = R.read_header(f.read(R.FILE_HEADER.size))
         except (OSError, ValueError):
             continue
-        match = _RECORD_NAME.match(path.name)
+        match = RECORD_NAME.match(path.name)
         dp_rank = int(match["dp"]) if match else -1
         out.append({
             "pid": header.pid,

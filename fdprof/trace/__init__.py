@@ -21,6 +21,7 @@ import pyarrow as pa
 from fdprof.errors import FdprofError
 from fdprof.trace import chrome, native, native_writer, nsys, nvtx_capture, otlp, perfetto
 from fdprof.trace.join import join as join_run
+from fdprof.trace.jsonstream import open_regular
 from fdprof.trace.merge import merge
 from fdprof.trace.model import Trace
 
@@ -65,7 +66,7 @@ def head(path: Path, size: int = HEAD_BYTES) -> bytes:
     if path.is_dir():
         return b""
     try:
-        with path.open("rb") as f:
+        with open_regular(path) as f:
             raw = f.read(size)
             if raw[:2] != b"\x1f\x8b":
                 return raw

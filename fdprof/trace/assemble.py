@@ -12,7 +12,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from fdprof.errors import FdprofError
 from fdprof.trace import conventions as C
+from fdprof.trace import limits
 from fdprof.trace.attrs import Attrs
 from fdprof.trace.model import Trace, frame
 
@@ -33,6 +35,9 @@ def assemble(
     ``lane`` entry that is None means the owning span's ``fd.lane``, else the host thread.
     """
     n = len(spans["span_id"])
+    where = trace.meta.get("path", "trace")
+    limits.check(len(processes["pid"]), "processes", f"{where}: processes")
+    _unique(where, np.asarray(spans["span_id"], dtype=np.int64))
     cols = dict(spans)
     given = np.asarray(cols.get("lane", np.full(n, None)), dtype=object)
     cols["lane"] = np.where(np.equal(given, None), C.thread_lanes(cols["pid"], cols["tid"]), given)
@@ -46,6 +51,18 @@ def assemble(
     trace.syncs = frame("syncs", syncs | {"lane": _sync_lanes(syncs, attrs)})
     trace.processes = frame("processes", processes)
     return trace
+
+
+def _unique(where: str, span_id: np.ndarray) -> None:
+    """Span ids identify spans (parents, attributes, syncs refer to them): two spans with one
+    id cannot both be read right, so such a trace is refused rather than half-merged."""
+    if len(span_id) < 2:
+        return
+    ordered = np.sort(span_id)
+    twice = ordered[1:][ordered[1:] == ordered[:-1]]
+    if len(twice):
+        raise FdprofError(f"{where}: {len(np.unique(twice)):,} span id(s) used by more than "
+                          f"one span (e.g. {int(twice[0]) & (1 << 64) - 1:#x})")  # fmt: skip
 
 
 def _sync_lanes(syncs: dict[str, Any], attrs: Attrs) -> np.ndarray:

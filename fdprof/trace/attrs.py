@@ -296,6 +296,11 @@ class AttrsBuilder:
             kind, array = typed(values)
             self.add(key, np.asarray(span_ids, dtype=np.int64), array, kind)
 
+    @property
+    def keys(self) -> int:
+        """How many distinct keys have values so far (a column each, once built)."""
+        return len(self._parts)
+
     def renumber(self, change: Callable[[np.ndarray], Any]) -> None:
         """Let ``change`` rewrite the span ids of every part in place (a reader that numbers
         spans only once it has seen them all)."""

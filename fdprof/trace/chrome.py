@@ -26,8 +26,9 @@ import numpy as np
 import pandas as pd
 
 from fdprof import semconv as S
-from fdprof.errors import FdprofError
+from fdprof.errors import FdprofError, short
 from fdprof.trace import conventions as C
+from fdprof.trace import limits
 from fdprof.trace.assemble import assemble
 from fdprof.trace.attrs import AttrsBuilder, small_tail
 from fdprof.trace.jsonstream import Stream, open_text, plain
@@ -110,6 +111,9 @@ class _Builder:
         #: pids of GPU work (a PyTorch trace's device "processes") and of everything else
         self.device_pids: set[int] = set()
         self.host_pids: set[int] = set()
+        self.limits = limits.current()
+        #: every span's process so far, to stop at the processes limit as soon as it is passed
+        self.pids: set[int] = set()
 
     def ident(self, value: Any) -> int:
         """A pid or tid as int; names ("Traces", "") get stable negative ids."""
@@ -117,6 +121,8 @@ class _Builder:
             return value
         if value is None:
             return 0
+        if type(value) is not str:
+            raise TypeError(f"a pid or tid should be an integer or a string, not {short(value)}")
         got = self.ids.get(value)
         if got is None:
             got = self.ids[value] = -1 - len(self.ids)
@@ -126,7 +132,7 @@ class _Builder:
         complete, rest = [], []
         for ev in events:
             if type(ev) is not dict:
-                raise TypeError("an event should be an object")
+                raise TypeError(f"an event should be an object, not {short(ev)}")
             (complete if ev.get("ph") == "X" else rest).append(ev)
         if complete:
             start = _ns_array([ev["ts"] for ev in complete])
@@ -148,10 +154,8 @@ class _Builder:
                 parts[-small:] = [np.concatenate(parts[-small:])]
 
     def spans(self, evs: list[dict], start: np.ndarray, end: np.ndarray, lanes) -> None:
-        args = [ev.get("args") or {} for ev in evs]
-        if not all(type(a) is dict for a in args):
-            raise TypeError("args should be an object")
-        sids = [a.pop(SPAN_ID, None) for a in args]
+        args = [_args(ev) for ev in evs]
+        sids = _ints([a.pop(SPAN_ID, None) for a in args], SPAN_ID)
         for i, sid in enumerate(sids):
             if sid is None:
                 self.auto += 1
@@ -159,13 +163,17 @@ class _Builder:
         true_tids = [a.pop(TRUE_TID, None) for a in args]
         ident = self.ident
         pid = [ident(ev.get("pid")) for ev in evs]
+        self.pids.update(pid)
+        limits.check(len(self.pids), "processes", "processes in the trace")
         tid = [
             ident(ev.get("tid") if t is None else t) for ev, t in zip(evs, true_tids, strict=True)
         ]
         names = [ev.get("name", "") for ev in evs]
         if not all(type(n) is str for n in names):
-            raise TypeError("name should be a string")
+            raise TypeError(f"name should be a string, not {short(_first_bad(names, str))}")
         cats = [ev.get("cat") for ev in evs]
+        if not all(c is None or type(c) is str for c in cats):
+            raise TypeError(f"cat should be a string, not {short(_first_bad(cats, str))}")
         intern = self.names.setdefault
         lanes = [
             a.pop(SPAN_LANE, None)
@@ -174,18 +182,24 @@ class _Builder:
         ]
         for c, p in zip(cats, pid, strict=True):
             (self.device_pids if c in DEVICE_CATS else self.host_pids).add(p)
+        _strings(lanes, SPAN_LANE)
         lanes = [lane if lane is None else intern(lane, lane) for lane in lanes]
         cols = self.cols
         cols["span_id"].append(np.array(sids, dtype=np.int64))
-        cols["parent_id"].append(np.array([a.pop(PARENT_ID, 0) for a in args], dtype=np.int64))
-        cols["trace_id"].append(np.array([a.pop(TRACE_ID, None) for a in args], dtype=object))
+        parents = _ints([a.pop(PARENT_ID, 0) for a in args], PARENT_ID)
+        cols["parent_id"].append(np.array(parents, dtype=np.int64))
+        cols["trace_id"].append(
+            np.array(_strings([a.pop(TRACE_ID, None) for a in args], TRACE_ID), dtype=object)
+        )
         cols["start"].append(start)
         cols["end"].append(end)
         cols["pid"].append(np.array(pid, dtype=np.int64))
         cols["tid"].append(np.array(tid, dtype=np.int64))
         cols["name"].append(np.array([intern(n, n) for n in names], dtype=object))
         cols["lane"].append(np.array(lanes, dtype=object))
-        cols["role"].append(np.array([a.pop(SPAN_ROLE, None) for a in args], dtype=object))
+        cols["role"].append(
+            np.array(_strings([a.pop(SPAN_ROLE, None) for a in args], SPAN_ROLE), dtype=object)
+        )
         self.rows += len(evs)
         with_cat = [(sid, c) for sid, c in zip(sids, cats, strict=True) if c]
         self.attrs.add_values(CAT_ATTR, [sid for sid, _ in with_cat], [c for _, c in with_cat])
@@ -194,8 +208,12 @@ class _Builder:
     def add_args(self, sids: list[int], args: list[dict]) -> None:
         """Each span's args as attributes, typed a key at a time."""
         by_key: dict[str, tuple[list[int], list[Any]]] = {}
+        depth = self.limits.depth
         for sid, a in zip(sids, args, strict=True):
             for key, value in a.items():
+                if type(value) in _CONTAINERS and limits.nesting(value, depth):
+                    raise limits.exceeded(f"args {short(key)} nests deeper than {depth} levels",
+                                          "depth")  # fmt: skip
                 got = by_key.get(key)
                 if got is None:
                     got = by_key[key] = ([], [])
@@ -203,6 +221,7 @@ class _Builder:
                 got[1].append(value)
         for key, (ids, values) in by_key.items():
             self.attrs.add_values(key, ids, values)
+        limits.check(self.attrs.keys, "attr_keys", "distinct attribute keys")
 
     def add_sync(
         self,
@@ -217,7 +236,7 @@ class _Builder:
     ) -> None:
         s = self.sync
         s["bind"].append(bind)
-        args = ev.get("args") or {}
+        args = _args(ev)
         s["op"].append(op)
         s["obj"].append(self.names.setdefault(obj, obj))
         s["seq"].append(seq)
@@ -241,15 +260,18 @@ class _Builder:
 
     def event(self, ev: dict) -> None:
         ph = ev.get("ph")
+        if type(ph) is not str:
+            raise TypeError(f"ph should be a string, not {short(ph)}")
+        args = _args(ev)
         if ph == "B":
-            tid = (ev.get("args") or {}).get(TRUE_TID, ev.get("tid"))
+            tid = args.get(TRUE_TID, ev.get("tid"))
             self.open((self.ident(ev.get("pid")), self.ident(tid)), ev)
         elif ph == "E":
-            tid = (ev.get("args") or {}).pop(TRUE_TID, ev.get("tid"))
+            tid = args.pop(TRUE_TID, ev.get("tid"))
             self.close((self.ident(ev.get("pid")), self.ident(tid)), ev)
         elif ph in ("b", "e"):
             pid = self.ident(ev.get("pid"))
-            key = (pid, ev.get("cat"), str(ev.get("id", ev.get("id2"))))
+            key = (pid, _cat(ev), str(_flow_id(ev)))
             if ph == "b":
                 self.open(key, ev, S.async_lane(pid, key[2]))
             else:
@@ -259,7 +281,7 @@ class _Builder:
         elif ph in _FLOWS:
             if ev.get("cat") == SYNC_FLOW_CAT:
                 return
-            cat, flow = ev.get("cat"), ev.get("id", ev.get("id2"))
+            cat, flow = _cat(ev), _flow_id(ev)
             ids = self.flow_ids.setdefault(cat, {})
             seq = ids.get(flow)
             if seq is None:
@@ -276,29 +298,43 @@ class _Builder:
             self.metadata(ev)
         elif ph == "C":
             pid = self.ident(ev.get("pid"))
-            for key, value in (ev.get("args") or {}).items():
-                self.counters.append((pid, ev.get("name", ""), ns(ev["ts"]), key, float(value)))
+            name = ev.get("name", "")
+            if type(name) is not str:
+                raise TypeError(f"a counter's name should be a string, not {short(name)}")
+            for key, value in args.items():
+                if type(value) not in (int, float, Decimal):
+                    raise TypeError(f"counter {short(key)} should be a number, not {short(value)}")
+                self.counters.append((pid, name, ns(ev["ts"]), key, float(value)))
         else:
             self.ignored[str(ph)] += 1
 
     def instant(self, ev: dict) -> None:
-        args = ev.get("args") or {}
+        args = _args(ev)
         if C.SYNC_OP in args or C.SYNC_OBJ in args:  # a sync event, or bad input
             op, obj, seq, keyed = C.sync_fields(
                 args.get(C.SYNC_OP), args.get(C.SYNC_OBJ), args.get(C.SYNC_SEQ, C.NO_SEQ)
             )
             span = args.get(SYNC_SPAN, 0)
             if type(span) is not int:
-                raise ValueError(f"{SYNC_SPAN} = {span!r}: should be an integer span id")
-            self.add_sync(op, obj, seq, keyed, ev, span, args.get(C.LANE))
+                raise ValueError(f"{SYNC_SPAN} = {short(span)}: should be an integer span id")
+            (lane,) = _strings([args.get(C.LANE)], C.LANE)
+            self.add_sync(op, obj, seq, keyed, ev, span, lane)
             return
         t = ns(ev["ts"])
         self.pending.append((ev, t, t, None))
 
     def metadata(self, ev: dict) -> None:
-        args = ev.get("args") or {}
+        args = _args(ev)
         pid = self.ident(ev.get("pid"))
+        if type(ev.get("name")) not in (str, type(None)):
+            raise TypeError(f"a metadata event's name should be a string, not {short(ev['name'])}")
+        _strings([args.get("name"), args.get(PROC_ROLE)], "a process or thread name")
+        dp = args.get(C.DP_RANK)
+        if dp is not None and type(dp) is not int and not (type(dp) is str and dp.isdecimal()):
+            raise TypeError(f"{C.DP_RANK} should be an integer, not {short(dp)}")
         if ev.get("name") == "process_name":
+            if pid not in self.proc:
+                limits.check(len(self.proc) + 1, "processes", "processes named in the trace")
             proc = self.proc.setdefault(pid, {})
             proc["name"] = str(args.get("name", ""))
             proc["role"] = str(args.get(PROC_ROLE, ""))
@@ -306,6 +342,53 @@ class _Builder:
             proc["dp_rank"] = C.dp_rank(args.get(C.DP_RANK))
         elif ev.get("name") == "thread_name":
             self.threads[f"{pid}/{self.ident(ev.get('tid'))}"] = str(args.get("name", ""))
+
+
+_CONTAINERS = (dict, list)
+
+
+def _first_bad(values: list, kind: type) -> Any:
+    return next(v for v in values if v is not None and type(v) is not kind)
+
+
+def _args(ev: dict) -> dict:
+    """An event's args, an object (absent or null: none)."""
+    args = ev.get("args")
+    if args is None:
+        return {}
+    if type(args) is not dict:
+        raise TypeError(f"args should be an object, not {short(args)}")
+    return args
+
+
+def _cat(ev: dict) -> str | None:
+    cat = ev.get("cat")
+    if cat is not None and type(cat) is not str:
+        raise TypeError(f"cat should be a string, not {short(cat)}")
+    return cat
+
+
+def _flow_id(ev: dict) -> Any:
+    flow = ev.get("id", ev.get("id2"))
+    if type(flow) not in (int, str, type(None)):
+        raise TypeError(f"id should be an integer or a string, not {short(flow)}")
+    return flow
+
+
+def _ints(values: list, key: str) -> list:
+    """``values`` if each is an integer or None, else a TypeError."""
+    for v in values:
+        if v is not None and type(v) is not int:
+            raise TypeError(f"{key} should be an integer, not {short(v)}")
+    return values
+
+
+def _strings(values: list, key: str) -> list:
+    """``values`` if each is a string or None (a column of strings), else a TypeError."""
+    for v in values:
+        if v is not None and type(v) is not str:
+            raise TypeError(f"{key} should be a string, not {short(v)}")
+    return values
 
 
 _SPAN_COLS = (
@@ -340,6 +423,7 @@ def _batches(stream: Stream, meta: dict[str, Any]):
         else:
             value = stream.value()
             if key in ("distributedInfo", "displayTimeUnit", "schemaVersion", "otherData"):
+                limits.check_depth(value, f"{meta['path']}: {key}")
                 meta[key] = plain(value)
     if not found:
         raise FdprofError(f"{meta['path']}: not a Chrome trace (no traceEvents array)")
@@ -353,16 +437,20 @@ def read(path: Path) -> Trace:
     first = last = 0
     with open_text(path) as f:
         stream = Stream(f, str(path))
-        try:
-            for events in _batches(stream, trace.meta):
-                for lo in range(0, len(events), BATCH):
-                    part = events[lo : lo + BATCH]
-                    last = first + len(part) - 1
+        for events in _batches(stream, trace.meta):
+            for lo in range(0, len(events), BATCH):
+                part = events[lo : lo + BATCH]
+                last = first + len(part) - 1
+                try:
                     b.batch(part)
-                    first += len(part)
-        except (TypeError, ValueError, KeyError, ArithmeticError) as exc:
-            what = f"missing {exc}" if isinstance(exc, KeyError) else str(exc)
-            raise FdprofError(f"{path}: events {first}-{last}: {what}") from None
+                except (TypeError, ValueError, KeyError, ArithmeticError) as exc:
+                    what = f"missing {exc}" if isinstance(exc, KeyError) else str(exc)
+                    if isinstance(exc, OverflowError):
+                        what = f"a number does not fit int64 ({what})"
+                    raise FdprofError(f"{path}: events {first}-{last}: {what}") from None
+                except FdprofError as exc:  # a limit: said where
+                    raise FdprofError(f"{path}: events {first}-{last}: {exc}") from None
+                first += len(part)
     return _finish(trace, b)
 
 
@@ -524,8 +612,9 @@ def _finish(trace: Trace, b: _Builder) -> Trace:
     syncs = {
         k: np.concatenate(v) if v else np.zeros(0, _SYNC_COLS[k]) for k, v in b.sync_parts.items()
     }
-    seen = np.unique(np.concatenate([pids, syncs["pid"]])).tolist()  # not a Python int per row
-    procs = sorted(set(seen) | set(b.proc))
+    seen = np.unique(np.concatenate([pids, syncs["pid"]]))
+    limits.check(len(seen), "processes", f"{trace.meta['path']}: processes in the trace")
+    procs = sorted(set(seen.tolist()) | set(b.proc))  # not a Python int per row
     role_of = {p: b.proc.get(p, {}).get("role", "") for p in procs}
     spans = {
         "span_id": span_id,

@@ -20,16 +20,20 @@ from __future__ import annotations
 import gzip
 import io
 import json
+import os
 import re
+import stat
+import sys
 import zlib
 from collections.abc import Iterator
 from decimal import Decimal
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, BinaryIO, TextIO
 
 import msgspec
 
 from fdprof.errors import FdprofError
+from fdprof.trace import limits
 
 _DECODER = json.JSONDecoder(parse_float=Decimal)
 #: msgspec decoders for batches of elements: plain, and exact when timestamps have fractions
@@ -41,16 +45,74 @@ CHUNK_CHARS = 1 << 20
 #: what a load holds beyond its columns, so a batch is kept small (256 K characters: about a
 #: thousand PyTorch-profiler events)
 BATCH_CHARS = 1 << 18
+#: bytes any gzip file may inflate to beyond the ``inflate_ratio`` limit
+INFLATE_SLACK = 16 << 20
 
 
 def open_text(path: Path) -> TextIO:
-    """``path`` as text, decompressing gzip whatever the file name says."""
-    raw = path.open("rb")
+    """``path`` as text, decompressing gzip whatever the file name says; a gzip file stops
+    with one line once it has inflated past the ``inflate_ratio`` limit (a gzip bomb)."""
+    raw = open_regular(path)
     if raw.read(2) == b"\x1f\x8b":
         raw.seek(0)
-        return io.TextIOWrapper(gzip.GzipFile(fileobj=raw), encoding="utf-8")
+        inflated = _Inflated(raw, path)
+        return io.TextIOWrapper(io.BufferedReader(inflated, CHUNK_CHARS), encoding="utf-8")
     raw.seek(0)
     return io.TextIOWrapper(raw, encoding="utf-8")
+
+
+def open_regular(path: Path) -> BinaryIO:
+    """``path`` opened for reading if it is a regular file: a FIFO would block the read for
+    ever, a device (``/dev/zero``) never end."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        raise FdprofError(f"{path}: cannot open ({exc.strerror})") from None
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        raise FdprofError(f"{path}: not a regular file ({file_kind(mode)})")
+    os.set_blocking(fd, True)
+    return os.fdopen(fd, "rb")
+
+
+def file_kind(mode: int) -> str:
+    """What a file that is not a regular file is, in words."""
+    kinds = {stat.S_ISFIFO: "a FIFO", stat.S_ISCHR: "a character device",
+             stat.S_ISBLK: "a block device", stat.S_ISSOCK: "a socket",
+             stat.S_ISDIR: "a directory", stat.S_ISLNK: "a symbolic link"}  # fmt: skip
+    return next((kind for test, kind in kinds.items() if test(mode)), "not a file")
+
+
+class _Inflated(io.RawIOBase):
+    """A gzip stream held to the ``inflate_ratio`` limit: what it has inflated may not pass
+    that many times the compressed bytes read so far (plus :data:`INFLATE_SLACK`, for small
+    files that compress well), so a bomb stops after a few MiB, not at the end."""
+
+    def __init__(self, raw: BinaryIO, path: Path) -> None:
+        self._raw, self._gz, self._path = raw, gzip.GzipFile(fileobj=raw), path
+        self._ratio = limits.current().inflate_ratio
+        self._total = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        n = self._gz.readinto(buffer)
+        self._total += n
+        read = self._raw.tell()
+        if self._ratio and self._total > self._ratio * read + INFLATE_SLACK:
+            raise limits.exceeded(
+                f"{self._path}: {read:,} compressed bytes inflate to more than "
+                f"{self._total:,} (a gzip bomb?)",
+                "inflate_ratio",
+            )
+        return n
+
+    def close(self) -> None:
+        self._gz.close()
+        self._raw.close()
+        super().close()
 
 
 def plain(value: Any) -> Any:
@@ -65,7 +127,11 @@ def plain(value: Any) -> Any:
 
 
 class Stream:
-    """A cursor over a JSON text read in chunks; errors are one-line :class:`FdprofError`."""
+    """A cursor over a JSON text read in chunks; errors are one-line :class:`FdprofError`.
+
+    No value may span more than the ``event_size`` limit of text (:mod:`fdprof.trace.limits`):
+    the buffer holds one value and the batch being cut, never the whole document however it is
+    laid out, and a value that does not end within the limit is refused."""
 
     def __init__(self, f: TextIO, name: str) -> None:
         self._f = f
@@ -74,11 +140,23 @@ class Stream:
         self._pos = 0
         self._eof = False
         self._consumed = 0
+        self._max = limits.current().event_size or float("inf")
 
-    def _fill(self) -> bool:
+    def _fill(self, one_value: bool = True) -> bool:
+        """Read more text. ``one_value``: what the buffer holds is one value, held to the
+        limit (else a batch of them being cut, :meth:`_split`, which bounds itself)."""
         if self._eof:
             return False
-        want = max(CHUNK_CHARS, len(self._buf) - self._pos)
+        held = len(self._buf) - self._pos
+        if one_value and held > self._max:
+            raise limits.exceeded(
+                f"{self._name}: a JSON value at character {self._consumed + self._pos} runs "
+                "past the maximum event size",
+                "event_size",
+            )
+        # doubling, so a long value is not re-scanned every chunk, up to just past the limit
+        bound = self._max if one_value else max(self._max, BATCH_CHARS)
+        want = int(max(CHUNK_CHARS, min(held, bound - held + CHUNK_CHARS)))
         try:
             chunk = self._f.read(want)
         except (EOFError, OSError, zlib.error, UnicodeDecodeError) as exc:
@@ -114,9 +192,12 @@ class Stream:
             try:
                 value, end = _DECODER.raw_decode(self._buf, self._pos)
             except json.JSONDecodeError as exc:
-                if self._fill():
+                if _may_continue(exc, self._buf) and self._fill():
                     continue
                 raise self.error(f"truncated or invalid JSON ({exc.msg})", exc.pos) from None
+            except RecursionError:
+                raise self.error(f"a value nested deeper than JSON decoding allows "
+                                 f"({sys.getrecursionlimit()} levels)") from None  # fmt: skip
             # a number or literal at the end of the buffer may continue in the next chunk
             at_end = end == len(self._buf) and not isinstance(value, dict | list | str)
             if at_end and self._fill():
@@ -141,7 +222,7 @@ class Stream:
                     if type(e) is dict
                 ):
                     batch = _EXACT.decode(piece)
-            except msgspec.DecodeError:
+            except (msgspec.DecodeError, RecursionError):  # decoded one at a time: it says where
                 break
             self._pos = split
             self.expect(",")  # the comma after the last element of the batch
@@ -158,7 +239,7 @@ class Stream:
         scanned = 0  # characters after the window already searched, as the buffer refills
         while True:
             if not self._eof and len(self._buf) - self._pos < BATCH_CHARS:
-                self._fill()
+                self._fill(one_value=False)
             buf, pos = self._buf, self._pos
             limit = min(len(buf), pos + BATCH_CHARS)
             nl = buf.rfind("\n", pos, limit)
@@ -174,7 +255,9 @@ class Stream:
                     return end
                 nl = buf.find("\n", nl + 1)
             scanned = len(buf) - pos
-            if self._eof or not self._fill():
+            # minified (no line breaks between elements) or one huge element: decoded one at
+            # a time, within the size limit, not searched to the end of the document
+            if scanned > max(self._max, BATCH_CHARS) or not self._fill(one_value=False):
                 return None
 
     def array(self, *, allow_unterminated: bool = False) -> Iterator[Any]:
@@ -222,6 +305,17 @@ class Stream:
     def error(self, message: str, pos: int | None = None) -> FdprofError:
         at = self._consumed + (self._pos if pos is None else pos)
         return FdprofError(f"{self._name}: {message} at character {at}")
+
+
+def _may_continue(exc: json.JSONDecodeError, buf: str) -> bool:
+    """Whether a decoding error may be a value cut by the end of the buffer (more text can
+    complete it), rather than an error in the text itself, reported at once: a NUL after an
+    open string in a sparse 8 GiB file is not read to the end."""
+    return exc.msg.startswith("Unterminated string") or exc.pos >= len(buf) - _TOKEN_CHARS
+
+
+#: the longest token (number, literal) an error near the end of the buffer may have cut
+_TOKEN_CHARS = 64
 
 
 def _element_end(buf: str, pos: int, nl: int) -> int | None:

@@ -15,8 +15,11 @@ monotonic clock saw it instead of being jittered by each anchor's own measuremen
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 import re
+import stat
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,18 +29,22 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from fdprof.errors import FdprofError
+from fdprof.errors import FdprofError, short
 from fdprof.probe import records as R
+from fdprof.probe.run_manifest import RECORD_NAME
 from fdprof.trace import attrs as A
 from fdprof.trace import conventions as C
+from fdprof.trace import limits
 from fdprof.trace.assemble import assemble
 from fdprof.trace.attrs import AttrsBuilder
+from fdprof.trace.jsonstream import file_kind
 from fdprof.trace.model import TEXT, Trace
 
 MANIFEST = "run.json"
 RUN_FORMAT = "fdprof-run/1"
 #: anchors (epoch - monotonic) closer than this are taken to be one host's clock
 SAME_CLOCK_NS = R.SAME_CLOCK_NS
+MASK64 = (1 << 64) - 1
 
 _NUMPY_CODES = {"B": "u1", "H": "u2", "I": "u4", "Q": "u8", "q": "i8", "d": "f8", "s": "V"}
 
@@ -68,6 +75,9 @@ _DTYPES = {
     )
 }
 _KNOWN = set(_DTYPES) | {R.Kind.STRING}  # STRING records are decoded one by one
+#: the fewest payload bytes of each kind: its fixed fields
+_LEAST_PAYLOAD = {kind: dt.itemsize - R.RECORD_HEADER.size for kind, dt in _DTYPES.items()}
+_LEAST_PAYLOAD[R.Kind.STRING] = R.STRING.size
 
 
 @dataclass
@@ -92,19 +102,22 @@ class _File:
 
     def text(self, ids: np.ndarray, what: str, kind: pa.DataType = TEXT) -> pa.Array:
         """The strings of ``ids`` as an Arrow column, taken from one small table of this file's
-        strings: no Python string (or pointer to one) per row."""
-        lookup: list[str | None] = [None] * (max(self.strings, default=0) + 1)
-        for sid, text in self.strings.items():
-            lookup[sid] = text
-        used = np.unique(ids).tolist()
-        if used and (used[-1] >= len(lookup) or any(lookup[i] is None for i in used)):
+        strings: no Python string (or pointer to one) per row. The table holds the strings the
+        file defines, in id order, whatever their ids (an id may be anything up to 2^32)."""
+        known = np.fromiter(self.strings, dtype=np.int64, count=len(self.strings))
+        order = np.argsort(known)
+        known = known[order]
+        texts = list(self.strings.values())
+        at = np.searchsorted(known, ids)
+        if len(ids) and (
+            (at >= len(known)).any() or (known[np.minimum(at, len(known) - 1)] != ids).any()
+        ):
             raise FdprofError(f"record file of pid {self.pid}: {what} refers to an unknown string")
-        return pa.array(lookup, kind).take(ids)
+        return pa.array([texts[i] for i in order.tolist()], kind).take(at)
 
 
-def _decode(path: Path) -> _File | None:
-    data = path.read_bytes()
-    if not data.strip(b"\0"):
+def _decode(path: Path, data: bytearray | None) -> _File | None:
+    if data is None or not any(data[: len(R.MAGIC)]):
         return None
     try:
         header = R.read_header(data)
@@ -112,10 +125,12 @@ def _decode(path: Path) -> _File | None:
         raise FdprofError(f"{path}: {exc}") from None
     out = _File(header.pid, header.role, header.epoch_anchor_ns - header.mono_anchor_ns, header)
     offs = R.record_offsets(data, header.size)
-    kinds = np.frombuffer(data, dtype=np.uint8)[offs]
+    raw = np.frombuffer(data, dtype=np.uint8)
+    kinds = raw[offs]
     unknown = set(np.unique(kinds).tolist()) - _KNOWN
     if unknown:
         raise FdprofError(f"{path}: unknown record kind {min(unknown)} (not an fdprof/1 file?)")
+    _check_lengths(path, offs, kinds, raw[offs + 2] | raw[offs + 3].astype(np.int64) << 8)
 
     def columns(kind: R.Kind, *names: str) -> list[np.ndarray]:
         """Compact copies of some fields of every ``kind`` record (no names: whole records).
@@ -134,6 +149,7 @@ def _decode(path: Path) -> _File | None:
         R.Kind.SPAN_BEGIN, "f0", "f1", "f2", "f4", "tid"
     )
     span_id = span_id.view(np.int64)
+    _unique_span_ids(path, span_id)
     end_id, end_t = columns(R.Kind.SPAN_END, "f0", "f1")
     ends = np.full(len(span_id), -1, dtype=np.int64)
     pos = pd.Index(span_id).get_indexer(end_id.view(np.int64))
@@ -178,6 +194,20 @@ def _decode(path: Path) -> _File | None:
     ):
         out.thread_names[thread] = text
     return out
+
+
+def _check_lengths(path: Path, offs: np.ndarray, kinds: np.ndarray, lengths: np.ndarray) -> None:
+    """Every record at least as long as its kind's fixed fields: a shorter one (a length edited,
+    a count running past the end of the file) would have them read from the next record, or
+    from past the end of the data."""
+    for kind, least in _LEAST_PAYLOAD.items():
+        cut = np.flatnonzero((kinds == kind) & (lengths < least))
+        if len(cut):
+            length, at = int(lengths[cut[0]]), int(offs[cut[0]])
+            raise FdprofError(
+                f"{path}: a {R.Kind(kind).name} record of {length} bytes at offset {at}, "
+                f"shorter than its {least} bytes of fields"
+            )
 
 
 def _decode_attrs(data: bytes, offs: np.ndarray, kinds: np.ndarray, columns, out: _File) -> None:
@@ -228,45 +258,160 @@ def _int_lists(data: bytes, offs: np.ndarray, counts: np.ndarray) -> pa.ListArra
     return pa.ListArray.from_arrays(offsets, pa.array(ints[at].astype(np.int64)))
 
 
+def _unique_span_ids(path: Path, span_id: np.ndarray) -> None:
+    ids, counts = np.unique(span_id, return_counts=True)
+    if len(ids) != len(span_id):
+        twice = int(ids[counts > 1][0])
+        raise FdprofError(f"{path}: {int((counts > 1).sum()):,} span id(s) begin more than once "
+                          f"(e.g. {twice & MASK64:#x}): not one process's records")  # fmt: skip
+
+
 def _manifest(path: Path, trace: Trace) -> dict[str, Any]:
     manifest_path = path / MANIFEST
-    if not manifest_path.exists():
+    if not os.path.lexists(manifest_path):
         trace.warn(f"{path}: no {MANIFEST} (run manifest); reading the .rec files alone")
         return {}
+    size = limits.current().event_size
+    data = _read_inside(path, MANIFEST, size + 1 if size else None)
+    if size and len(data) > size:
+        raise limits.exceeded(f"{manifest_path}: larger than the maximum event size", "event_size")
     try:
-        manifest = json.loads(manifest_path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        manifest = json.loads(data)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise FdprofError(f"{manifest_path}: not valid JSON ({exc})") from None
+    except RecursionError:
+        raise FdprofError(f"{manifest_path}: nested deeper than JSON decoding allows") from None
     if not isinstance(manifest, dict) or manifest.get("format") != RUN_FORMAT:
         raise FdprofError(f"{manifest_path}: not an {RUN_FORMAT} manifest")
-    if not isinstance(manifest.get("processes", []), list):
-        raise FdprofError(f"{manifest_path}: 'processes' should be a list")
+    limits.check_depth(manifest, str(manifest_path))
+    _check_manifest(manifest_path, manifest)
     status = manifest.get("status")
     if status != "ok":
         trace.warn(f"run status is {status!r}: records are read up to each process's last one")
     return manifest
 
 
-def _record_paths(path: Path, manifest: dict[str, Any], trace: Trace) -> list[Path]:
-    """The manifest's record files when it names them (others in the directory are not this
-    run's: warned about, not read), else every ``*.rec``."""
+#: manifest fields and the types they may have (None: absent or null)
+_MANIFEST_TYPES = {"status": str, "config": dict, "results": dict, "error": str, "processes": list}
+_PROCESS_TYPES = {"pid": int, "record": str, "role": str, "name": str, "dp_rank": int,
+                  "tp_rank": int, "exitcode": int}  # fmt: skip
+
+
+def _check_manifest(where: Path, manifest: dict[str, Any]) -> None:
+    """Each field the reader uses of the type it needs; one line naming the first that is
+    not."""
+    for key, kind in _MANIFEST_TYPES.items():
+        if manifest.get(key) is not None and type(manifest[key]) is not kind:
+            raise FdprofError(f"{where}: {key!r} should be {_NAMES[kind]}, not "
+                              f"{short(manifest[key])}")  # fmt: skip
+    procs = manifest.get("processes") or []
+    limits.check(len(procs), "processes", f"{where}: processes declared")
+    for i, proc in enumerate(procs):
+        if type(proc) is not dict:
+            raise FdprofError(f"{where}: processes[{i}] should be an object, not {short(proc)}")
+        for key, kind in _PROCESS_TYPES.items():
+            if proc.get(key) is not None and type(proc[key]) is not kind:
+                raise FdprofError(f"{where}: processes[{i}].{key} should be {_NAMES[kind]}, not "
+                                  f"{short(proc[key])}")  # fmt: skip
+        if proc.get("pid") is not None and not 0 <= proc["pid"] < 1 << 32:
+            raise FdprofError(f"{where}: processes[{i}].pid {proc['pid']} is not a process id")
+
+
+_NAMES = {str: "a string", dict: "an object", list: "a list", int: "an integer"}
+
+
+def _record_paths(
+    path: Path, manifest: dict[str, Any], trace: Trace
+) -> list[tuple[Path, int, str]]:
+    """The manifest's record files, with the pid each should hold (-1: any) and who says so,
+    when it names them (others in the directory are not this run's: warned about, not read),
+    else every ``*.rec``. A name must be a file of this directory: no ``..``, no absolute
+    path."""
     paths = sorted(path.glob("*.rec"))
-    named = []
-    for proc in manifest.get("processes", []):
-        record = proc.get("record") if isinstance(proc, dict) else None
+    named: list[tuple[Path, int, str]] = []
+    for i, proc in enumerate(manifest.get("processes") or []):
+        record = proc.get("record")
         if not record:
             continue
-        named.append(path / record)
-        if not (path / record).exists():
+        if record in (".", "..") or "/" in record or "\\" in record or "\0" in record:
+            raise FdprofError(f"{path / MANIFEST}: processes[{i}].record {short(record)} is not "
+                              "a file name in the run directory")  # fmt: skip
+        pid = proc["pid"] if proc.get("pid") is not None else -1
+        named.append((path / record, pid, f"{MANIFEST} says"))
+        if not os.path.lexists(path / record):
             trace.warn(f"process {proc.get('pid')}: record file {record} is missing")
-    if named:
-        strangers = [p.name for p in paths if p not in named]
-        if strangers:
-            trace.warn(f"not read, not in {MANIFEST}: {', '.join(strangers)}")
-        paths = [p for p in named if p.exists()]
-    if not paths:
-        raise FdprofError(f"{path}: no .rec record files (not an fdprof run directory?)")
-    return paths
+    if not named:  # the probe names files <role>-<dp rank>-<pid>.rec
+        return [(p, _pid_in_name(p), "its name says") for p in paths] or _no_records(path)
+    names = {p for p, _, _ in named}
+    strangers = [p.name for p in paths if p not in names]
+    if strangers:
+        trace.warn(f"not read, not in {MANIFEST}: {', '.join(strangers)}")
+    return [n for n in named if os.path.lexists(n[0])] or _no_records(path)
+
+
+def _pid_in_name(path: Path) -> int:
+    match = RECORD_NAME.match(path.name)
+    return int(match["pid"]) if match else -1
+
+
+def _no_records(path: Path):
+    raise FdprofError(f"{path}: no .rec record files (not an fdprof run directory?)")
+
+
+def _read_inside(run: Path, name: str, most: int | None = None) -> bytearray:
+    """The bytes of the file ``name`` of run directory ``run``, if it is a regular file there:
+    not a symbolic link out of the directory (a record file of another run, ``/etc/shadow``),
+    a FIFO (a read would block for ever) or a device (``/dev/zero``: it never ends). Holes
+    (:func:`_read_chunks`) are skipped; at most ``most`` bytes."""
+    path = run / name
+    real = path.resolve()
+    if real.parent != run.resolve():
+        raise FdprofError(f"{path}: a symbolic link out of the run directory (to {real}); only "
+                          "the run's own files are read")  # fmt: skip
+    try:
+        fd = os.open(real, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        raise FdprofError(f"{path}: cannot open ({exc.strerror})") from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise FdprofError(f"{path}: not a regular file ({file_kind(info.st_mode)})")
+        return _read_chunks(fd, info.st_size if most is None else min(info.st_size, most))
+    finally:
+        os.close(fd)
+
+
+def _read_chunks(fd: int, size: int) -> bytearray:
+    """The first ``size`` bytes of a file, less the :data:`R.CHUNK`-sized chunks that are holes
+    only (a chunk is never shared by two records, so dropping a whole chunk of zeros changes no
+    record's framing): a sparse file of 8 GiB holding one chunk costs one chunk of memory."""
+    starts: list[int] = []
+    pos = 0
+    while pos < size:
+        try:
+            pos = os.lseek(fd, pos, os.SEEK_DATA)
+        except OSError as exc:
+            if exc.errno == errno.ENXIO:  # nothing but a hole from here
+                break
+            starts.extend(range(pos, size, R.CHUNK))  # no SEEK_DATA here: every chunk
+            break
+        start = pos - pos % R.CHUNK
+        if start >= size:
+            break
+        starts.append(start)
+        pos = start + R.CHUNK
+    out = bytearray(sum(min(R.CHUNK, size - s) for s in starts))
+    view = memoryview(out)
+    at = 0
+    for start in starts:
+        n = min(R.CHUNK, size - start)
+        got = os.preadv(fd, [view[at : at + n]], start)
+        at += got
+        if got < n:  # the file shrank while read: what was there
+            break
+    del view
+    del out[at:]
+    return out
 
 
 def sniff(path: Path, head: bytes) -> bool:
@@ -277,15 +422,26 @@ def read(path: Path) -> Trace:
     """The trace of a run directory; a run whose processes were killed reads up to their
     last complete record, with a warning for each span left open."""
     trace = Trace(meta={"format": "native", "path": str(path)})
-    if not (path / MANIFEST).exists() and not any(path.glob("*.rec")):
+    if not os.path.lexists(path / MANIFEST) and not any(path.glob("*.rec")):
         raise FdprofError(f"{path}: neither {MANIFEST} nor .rec files (not an fdprof run)")
     manifest = _manifest(path, trace)
     for k in ("config", "results", "status", "error"):
         if k in manifest:
             trace.meta[k] = manifest[k]
-    files = [f for f in (_decode(p) for p in _record_paths(path, manifest, trace)) if f]
+    records = _record_paths(path, manifest, trace)
+    limits.check(len(records), "processes", f"{path}: record files")
+    files = []
+    for rec, pid, said in records:
+        f = _decode(rec, _read_inside(path, rec.name))
+        if f is None:
+            continue
+        if pid >= 0 and f.pid != pid:
+            raise FdprofError(f"{rec}: holds the records of pid {f.pid}, but {said} pid {pid}: "
+                              "not this run's file")  # fmt: skip
+        files.append(f)
     if not files:
         raise FdprofError(f"{path}: every record file is empty")
+    _unique_span_ids(path, np.concatenate([f.spans["span_id"] for f in files]))
     _share_clock(files)
     by_pid = {
         p["pid"]: p for p in manifest.get("processes", []) if isinstance(p, dict) and "pid" in p

@@ -30,8 +30,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from fdprof import errors
 from fdprof import semconv as S
 from fdprof.errors import FdprofError
+from fdprof.trace import limits
 from fdprof.trace.assemble import assemble
 from fdprof.trace.attrs import AttrsBuilder
 from fdprof.trace.model import Trace
@@ -76,10 +78,37 @@ def sniff(path: Path, head: bytes) -> bool:
     return head.startswith(SQLITE_MAGIC)
 
 
-def global_tid(values: pd.Series) -> tuple[np.ndarray, np.ndarray]:
-    """``(pid, tid)`` of Nsight's ``globalTid`` / ``globalPid`` values."""
-    g = values.fillna(0).to_numpy(np.int64)
+def global_tid(values: pd.Series, what: str = "globalTid") -> tuple[np.ndarray, np.ndarray]:
+    """``(pid, tid)`` of Nsight's ``globalTid`` / ``globalPid`` values (NULL: 0)."""
+    g = ints(values, what, null=0)
     return (g >> 24) & 0xFFFFFF, g & 0xFFFFFF
+
+
+def ints(values: pd.Series, what: str, null: int | None = None) -> np.ndarray:
+    """A column as int64. SQLite keeps any type in any column: a NULL is ``null`` where one is
+    given, else bad input, as is a value that is not an integer (text, a real, a blob)."""
+    if pd.api.types.is_integer_dtype(values.dtype):
+        missing = values.isna()
+        if null is None and missing.any():
+            raise FdprofError(f"{what}: {int(missing.sum()):,} NULL value(s) where an integer "
+                              "is required")  # fmt: skip
+        return values.to_numpy(np.int64, na_value=null if null is not None else 0)
+    for value in values.tolist():
+        if value is None or value is pd.NA or (type(value) is float and value != value):
+            if null is None:
+                raise FdprofError(f"{what}: a NULL value where an integer is required")
+        elif type(value) is not int:
+            raise FdprofError(f"{what}: {errors.short(value)} is not an integer")
+    return values.astype(object).where(values.notna(), null).to_numpy(np.int64)
+
+
+def texts(values: pd.Series, what: str, null: str) -> np.ndarray:
+    """A column of names as an object array of strings (NULL: ``null``)."""
+    out = values.astype(object).where(values.notna(), null).to_numpy(object)
+    for value in out:
+        if type(value) is not str:
+            raise FdprofError(f"{what}: {errors.short(value)} is not text")
+    return out
 
 
 class _Export:
@@ -136,7 +165,12 @@ class _Export:
         table = "TARGET_INFO_SESSION_START_TIME"
         if table in self.tables and "utcEpochNs" in self.columns(table):
             row = self.db.execute(f"SELECT utcEpochNs FROM {table}").fetchone()
-            return int(row[0]) if row and row[0] is not None else None
+            if not row or row[0] is None:
+                return None
+            if type(row[0]) is not int:
+                shown = errors.short(row[0])
+                raise FdprofError(f"{self.path}: {table}.utcEpochNs {shown} is not an integer")
+            return row[0]
         return None
 
 
@@ -217,7 +251,8 @@ def _nvtx(export: _Export, strings: dict[int, str], rows: _Rows) -> pd.DataFrame
         f"{col('uint64Value')} AS u64, {_name_sql(export, 'NVTX_EVENTS')} AS name "
         "FROM NVTX_EVENTS e"
     )
-    kind = df["eventType"]
+    where = f"{export.path}: NVTX_EVENTS"
+    kind = pd.Series(ints(df["eventType"], f"{where}.eventType"), index=df.index)
     domains = df[kind == types["NvtxDomainCreate"]]
     domain_of = dict(zip(domains["domainId"].tolist(), domains["name"].tolist(), strict=True))
     categories = df[kind == types["NvtxCategory"]]
@@ -230,12 +265,13 @@ def _nvtx(export: _Export, strings: dict[int, str], rows: _Rows) -> pd.DataFrame
     for part, is_mark in ((ranges, False), (marks, True)):
         if not len(part):
             continue
-        pid, tid = global_tid(part["globalTid"])
-        start = part["start"].to_numpy(np.int64)
-        end = start if is_mark else part["end_"].fillna(-1).to_numpy(np.int64)
+        pid, tid = global_tid(part["globalTid"], f"{where}.globalTid")
+        start = ints(part["start"], f"{where}.start")
+        end = start if is_mark else ints(part["end_"], f"{where}.end", null=-1)
+        names = texts(part["name"], f"{where}.text", "")
         ids = rows.add_spans(
             {
-                "name": part["name"].fillna("").to_numpy(object),
+                "name": names,
                 "start": start,
                 "end": end,
                 "pid": pid,
@@ -258,7 +294,7 @@ def _nvtx(export: _Export, strings: dict[int, str], rows: _Rows) -> pd.DataFrame
                     "tid": tid,
                     "start": start,
                     "end": end,
-                    "name": part["name"].fillna("").to_numpy(object),
+                    "name": names,
                 }
             )
     return out
@@ -290,15 +326,17 @@ def _device(export: _Export, strings: dict[int, str], rows: _Rows) -> pd.DataFra
             names = df["copyKind"].map(lambda k, named=kinds: named.get(k, f"Memcpy kind {k}"))
         else:
             names = pd.Series(["Memset" if what == "memset" else what] * len(df))
-        pid, _ = global_tid(df["globalPid"])
-        lanes = _device_lanes(pid, df["deviceId"].to_numpy(np.int64),
-                              df["streamId"].to_numpy(np.int64))  # fmt: skip
-        stream = df["streamId"].to_numpy(np.int64)
+        where = f"{export.path}: {table}"
+        pid, _ = global_tid(df["globalPid"], f"{where}.globalPid")
+        device = ints(df["deviceId"], f"{where}.deviceId")
+        stream = ints(df["streamId"], f"{where}.streamId")
+        start, end = ints(df["start"], f"{where}.start"), ints(df["end"], f"{where}.end")
+        lanes = _device_lanes(pid, device, stream)
         ids = rows.add_spans(
             {
-                "name": names.to_numpy(object),
-                "start": df["start"].to_numpy(np.int64),
-                "end": df["end"].fillna(-1).to_numpy(np.int64),
+                "name": texts(names, f"{where} name", what),
+                "start": start,
+                "end": end,
                 "pid": pid,
                 "tid": stream,
                 "lane": lanes,
@@ -313,14 +351,14 @@ def _device(export: _Export, strings: dict[int, str], rows: _Rows) -> pd.DataFra
             parts.append(
                 pd.DataFrame(
                     {
-                        "correlationId": df["correlationId"].to_numpy(np.int64),
+                        "correlationId": ints(df["correlationId"], f"{where}.correlationId"),
                         "span_id": ids,
-                        "time": df["start"].to_numpy(np.int64),
-                        "start": df["start"].to_numpy(np.int64),
-                        "end": df["end"].fillna(-1).to_numpy(np.int64),
+                        "time": start,
+                        "start": start,
+                        "end": end,
                         "pid": pid,
                         "tid": stream,
-                        "device": df["deviceId"].to_numpy(np.int64),
+                        "device": device,
                         "stream": stream,
                         "lane": lanes,
                     }
@@ -376,13 +414,14 @@ def _calls(export: _Export, strings: dict[int, str]) -> pd.DataFrame | None:
         return None
     extra = "".join(f", {c}" for c in ("end", "nameId") if c in cols)
     calls = export.query(f"SELECT start, globalTid, correlationId{extra} FROM {table}")
-    pid, tid = global_tid(calls["globalTid"])
-    start = calls["start"].to_numpy(np.int64)
+    where = f"{export.path}: {table}"
+    pid, tid = global_tid(calls["globalTid"], f"{where}.globalTid")
+    start = ints(calls["start"], f"{where}.start")
     names = calls["nameId"].map(strings) if "nameId" in calls else pd.Series([""] * len(calls))
     return pd.DataFrame({
         "pid": pid, "tid": tid, "start": start,
-        "end": calls["end"].fillna(-1).to_numpy(np.int64) if "end" in calls else start,
-        "correlationId": calls["correlationId"].fillna(-1).to_numpy(np.int64),
+        "end": ints(calls["end"], f"{where}.end", null=-1) if "end" in calls else start,
+        "correlationId": ints(calls["correlationId"], f"{where}.correlationId", null=-1),
         "name": names.fillna("").astype(str).to_numpy(object),
     })  # fmt: skip
 
@@ -445,7 +484,7 @@ def _host_waits(
     needed = {"correlationId", "deviceId", "streamId", "globalPid"}
     if table in export.tables and not needed - export.columns(table):
         waits = export.query(f"SELECT correlationId, deviceId, streamId, globalPid FROM {table}")
-        waits["pid"] = global_tid(waits["globalPid"])[0]
+        waits["pid"] = global_tid(waits["globalPid"], f"{export.path}: {table}.globalPid")[0]
     else:
         waits = pd.DataFrame({c: [] for c in ("pid", "correlationId", "deviceId", "streamId")})
     syncs, unplaced = host_waits(waits, calls, launched)
@@ -466,6 +505,7 @@ def _processes(export: _Export, rows: _Rows) -> dict[int, str]:
         seen.update(part["pid"].tolist())
     for part in rows.syncs:
         seen.update(part["pid"].tolist())
+    limits.check(len(seen), "processes", f"{export.path}: processes in the export")
     return {pid: str(names.get(pid, pid)) for pid in sorted(seen)}
 
 
@@ -473,7 +513,7 @@ def _thread_names(export: _Export, strings: dict[int, str]) -> dict[str, str]:
     if "ThreadNames" not in export.tables:
         return {}
     df = export.query("SELECT nameId, globalTid FROM ThreadNames")
-    pid, tid = global_tid(df["globalTid"])
+    pid, tid = global_tid(df["globalTid"], f"{export.path}: ThreadNames.globalTid")
     return {
         f"{p}/{t}": strings.get(n, str(n))
         for p, t, n in zip(pid.tolist(), tid.tolist(), df["nameId"].tolist(), strict=True)

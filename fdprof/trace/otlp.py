@@ -21,15 +21,17 @@ import base64
 import itertools
 import json
 from collections.abc import Iterator
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from fdprof import semconv as S
-from fdprof.errors import FdprofError
+from fdprof.errors import FdprofError, short
 from fdprof.probe.otel_spans import OTLP_KINDS, OTLP_STATUS, SCOPE, SpanData
 from fdprof.trace import conventions as C
+from fdprof.trace import limits
 from fdprof.trace.assemble import assemble
 from fdprof.trace.attrs import AttrsBuilder
 from fdprof.trace.chrome import SPAN_LANE, SPAN_ROLE
@@ -83,24 +85,34 @@ def any_value(value: Any) -> dict[str, Any]:
     raise FdprofError(f"attribute value {value!r} has no OTLP type")
 
 
-def from_any(value: Any) -> Any:
-    """An OTLP ``AnyValue`` (JSON mapping) as a JSON value."""
-    if not isinstance(value, dict):
-        raise TypeError("an attribute value should be an object")
+def from_any(value: Any, depth: int = 0) -> Any:
+    """An OTLP ``AnyValue`` (JSON mapping) as a JSON value. ``depth``: how deep in arrays and
+    kvlists it is (no deeper than the ``depth`` limit, :mod:`fdprof.trace.limits`)."""
+    if type(value) is not dict:
+        raise TypeError(f"an attribute value should be an object, not {short(value)}")
     if "stringValue" in value:
-        return str(value["stringValue"])
+        return _typed(value["stringValue"], str, "stringValue")
     if "intValue" in value:
-        return int(value["intValue"])
+        return _int(value["intValue"], "intValue")
     if "doubleValue" in value:
-        return float(value["doubleValue"])
+        double = value["doubleValue"]
+        if type(double) not in (int, float, Decimal, str):
+            raise TypeError(f"doubleValue should be a number, not {short(double)}")
+        return float(double)
     if "boolValue" in value:
-        return bool(value["boolValue"])
+        return _typed(value["boolValue"], bool, "boolValue")
+    if "arrayValue" in value or "kvlistValue" in value:
+        limit = limits.current().depth
+        if limit and depth >= limit:
+            raise limits.exceeded(f"an attribute value nests deeper than {limit} levels", "depth")
     if "arrayValue" in value:
-        return [from_any(v) for v in (value["arrayValue"] or {}).get("values", [])]
+        values = _list(_object(value["arrayValue"], "arrayValue").get("values"), "values")
+        return [from_any(v, depth + 1) for v in values]
     if "kvlistValue" in value:
-        return dict(_attr_pairs((value["kvlistValue"] or {}).get("values", [])))
+        values = _object(value["kvlistValue"], "kvlistValue").get("values")
+        return dict(_attr_pairs(values, depth + 1))
     if "bytesValue" in value:
-        return base64.b64decode(value["bytesValue"]).hex()
+        return base64.b64decode(_typed(value["bytesValue"], str, "bytesValue"), validate=True).hex()
     return None
 
 
@@ -108,14 +120,54 @@ def attributes(values: dict[str, Any]) -> list[dict[str, Any]]:
     return [{"key": k, "value": any_value(v)} for k, v in values.items()]
 
 
-def _attr_pairs(items: Any) -> Iterator[tuple[str, Any]]:
-    if not isinstance(items, list):
-        raise TypeError("attributes should be a list")
-    for item in items:
+def _attr_pairs(items: Any, depth: int = 0) -> Iterator[tuple[str, Any]]:
+    for item in _list(items, "attributes"):
+        key = _typed(_object(item, "an attribute")["key"], str, "an attribute key")
         try:
-            yield str(item["key"]), from_any(item.get("value", {}))
-        except ValueError as exc:  # an intValue that is no integer: say which attribute
-            raise ValueError(f"attribute {item['key']}: {exc}") from None
+            yield key, from_any(item.get("value", {}), depth)
+        except (TypeError, ValueError) as exc:  # say which attribute
+            raise type(exc)(f"attribute {short(key)}: {exc}") from None
+
+
+def _typed(value: Any, kind: type, what: str) -> Any:
+    if type(value) is not kind:
+        raise TypeError(f"{what} should be a {kind.__name__}, not {short(value)}")
+    return value
+
+
+def _object(value: Any, what: str) -> dict:
+    """``value`` if it is an object; null means an empty one."""
+    if value is None:
+        return {}
+    if type(value) is not dict:
+        raise TypeError(f"{what} should be an object, not {short(value)}")
+    return value
+
+
+def _list(value: Any, what: str) -> list:
+    """``value`` if it is an array; null means an empty one."""
+    if value is None:
+        return []
+    if type(value) is not list:
+        raise TypeError(f"{what} should be an array, not {short(value)}")
+    return value
+
+
+def _int(value: Any, what: str) -> int:
+    """An integer, or its decimal text (the JSON mapping writes 64-bit integers as strings)."""
+    if type(value) is int:
+        return value
+    if type(value) is str and value.strip().lstrip("+-").isdecimal() and len(value) < 40:
+        return int(value)
+    raise TypeError(f"{what} should be an integer, not {short(value)}")
+
+
+def _int64(value: Any, what: str) -> int:
+    """An integer that a column holds: in int64's range (times, sequence numbers, ids)."""
+    t = _int(value, what)
+    if not -(2**63) <= t < 2**63:
+        raise ValueError(f"{what} {t} does not fit int64")
+    return t
 
 
 def write(trace: Trace, path: str | Path) -> None:
@@ -191,21 +243,30 @@ def sniff(path: Path, head: bytes) -> bool:
     )
 
 
-def _id(value: Any, width: int) -> int:
+def _id(value: Any) -> int:
     """A hex (OTLP JSON) or base64 (protobuf JSON) id as a signed 64-bit int (span) or hex."""
-    if not isinstance(value, str) or not value:
+    if value is None or value == "":
         return 0
-    try:
-        raw = bytes.fromhex(value) if len(value) == 2 * width else base64.b64decode(value)
-    except ValueError:
-        raise TypeError(f"malformed id {value!r}") from None
+    raw = _id_bytes(value)
     return int(np.uint64(int.from_bytes(raw[-8:], "big")).view(np.int64))
 
 
 def _trace_id(value: Any) -> str | None:
-    if not isinstance(value, str) or not value:
+    if value is None or value == "":
         return None
-    return value.lower() if len(value) == 32 else base64.b64decode(value).hex()
+    return value.lower() if len(value) == 32 and _id_bytes(value) else _id_bytes(value).hex()
+
+
+def _id_bytes(value: Any) -> bytes:
+    """An id's bytes: hex text (OTLP JSON: 16 or 32 digits), else base64 (protobuf JSON)."""
+    if type(value) is not str:
+        raise TypeError(f"an id should be a string, not {short(value)}")
+    try:
+        if len(value) in (16, 32):
+            return bytes.fromhex(value)
+        return base64.b64decode(value, validate=True)
+    except ValueError:
+        raise TypeError(f"malformed id {short(value)}") from None
 
 
 class _Reader:
@@ -227,16 +288,18 @@ class _Reader:
         self.anonymous: dict[str, int] = {}
 
     def request(self, request: Any) -> None:
-        if not isinstance(request, dict):
-            raise TypeError("a request should be an object")
-        for rs in request.get("resourceSpans", request.get("resource_spans", [])):
-            res = dict(_attr_pairs((rs.get("resource") or {}).get("attributes", [])))
+        request = _typed(request, dict, "a request")
+        resource_spans = request.get("resourceSpans", request.get("resource_spans"))
+        for rs in _list(resource_spans, "resourceSpans"):
+            rs = _object(rs, "a resourceSpans entry")
+            res = dict(_attr_pairs(_object(rs.get("resource"), "resource").get("attributes")))
             pid = res.get(PROCESS_PID)
             if type(pid) is not int:
                 key = json.dumps(res, sort_keys=True, default=str)
                 pid = self.anonymous.setdefault(key, -1 - len(self.anonymous))
             role = str(res.get(C.ROLE, res.get(SERVICE_NAME, "")))
             if pid not in self.procs:
+                limits.check(len(self.procs) + 1, "processes", "processes (resources)")
                 self.procs[pid] = {
                     "role": role,
                     "name": str(res.get(PROCESS_NAME, res.get(SERVICE_NAME, pid))),
@@ -244,32 +307,36 @@ class _Reader:
                     "dp_rank": C.dp_rank(res.get(C.DP_RANK)),
                 }
                 self.resources[pid] = {k: v for k, v in res.items() if k not in _FILE_ONLY}
-            for ss in rs.get("scopeSpans", rs.get("scope_spans", [])):
+            for ss in _list(rs.get("scopeSpans", rs.get("scope_spans")), "scopeSpans"):
+                ss = _object(ss, "a scopeSpans entry")
                 scope = _scope_attrs(ss.get("scope"))
-                for span in ss.get("spans", []):
-                    self.span(span, pid, role, scope)
+                for span in _list(ss.get("spans"), "spans"):
+                    self.span(_object(span, "a span"), pid, role, scope)
         for key, (ids, values) in self.pending.items():
             self.attrs.add_values(key, ids, values)
         self.pending = {}
+        limits.check(self.attrs.keys, "attr_keys", "distinct attribute keys")
 
     def span(self, span: dict, pid: int, role: str, scope: dict[str, Any]) -> None:
-        values = dict(_attr_pairs(span.get("attributes", [])))
-        sid = _id(span.get("spanId"), 8)
-        tid = int(values.get(THREAD_ID, 0))
+        values = dict(_attr_pairs(span.get("attributes")))
+        sid = _id(span.get("spanId"))
+        tid = _int64(values.get(THREAD_ID, 0), THREAD_ID)
         if values.pop(CARRIER, False):
             sid = 0
         else:
-            start = int(span["startTimeUnixNano"])
+            start = _int64(span["startTimeUnixNano"], "startTimeUnixNano")
             s = self.spans
             s["span_id"].append(sid)
-            s["parent_id"].append(_id(span.get("parentSpanId"), 8))
-            s["name"].append(str(span.get("name", "")))
+            s["parent_id"].append(_id(span.get("parentSpanId")))
+            s["name"].append(_typed(span.get("name", ""), str, "a span's name"))
             s["start"].append(start)
-            s["end"].append(-1 if values.get(UNENDED) else int(span["endTimeUnixNano"]))
+            end = -1 if values.get(UNENDED) else _int64(span["endTimeUnixNano"], "endTimeUnixNano")
+            s["end"].append(end)
             s["pid"].append(pid)
             s["tid"].append(tid)
-            s["role"].append(values.get(SPAN_ROLE, role))
-            s["lane"].append(values.get(SPAN_LANE))
+            s["role"].append(_typed(values.get(SPAN_ROLE, role), str, SPAN_ROLE))
+            lane = values.get(SPAN_LANE)
+            s["lane"].append(lane if lane is None else _typed(lane, str, SPAN_LANE))
             synthetic = values.get(SYNTHETIC_TRACE)
             s["trace_id"].append(None if synthetic else _trace_id(span.get("traceId")))
             if S.THREAD_NAME in values:
@@ -278,13 +345,13 @@ class _Reader:
                 if key not in _RESERVED:
                     self.attr(sid, key, value)
             links = [
-                f"00-{_trace_id(link.get('traceId'))}-{_id(link.get('spanId'), 8) & MASK64:016x}-01"
-                for link in span.get("links", [])
+                f"00-{_trace_id(link.get('traceId'))}-{_id(link.get('spanId')) & MASK64:016x}-01"
+                for link in (_object(x, "a link") for x in _list(span.get("links"), "links"))
             ]
             if links:
                 self.attr(sid, C.LINKS, links)
-        for event in span.get("events", []):
-            self.event(event, sid, pid, tid)
+        for event in _list(span.get("events"), "events"):
+            self.event(_object(event, "an event"), sid, pid, tid)
 
     def attr(self, sid: int, key: str, value: Any) -> None:
         got = self.pending.get(key)
@@ -294,7 +361,7 @@ class _Reader:
         got[1].append(value)
 
     def event(self, event: dict, sid: int, pid: int, tid: int) -> None:
-        values = dict(_attr_pairs(event.get("attributes", [])))
+        values = dict(_attr_pairs(event.get("attributes")))
         if C.SYNC_OP not in values and C.SYNC_OBJ not in values:
             return  # not a sync event
         op, obj, seq, keyed = C.sync_fields(
@@ -305,11 +372,12 @@ class _Reader:
         s["obj"].append(obj)
         s["seq"].append(seq)
         s["keyed"].append(keyed)
-        s["time"].append(int(event["timeUnixNano"]))
-        s["pid"].append(int(values.get(PROCESS_PID, pid)))
-        s["tid"].append(int(values.get(THREAD_ID, tid)))
-        s["lane"].append(values.get(C.LANE))
-        s["span_id"].append(int(values.get(SYNC_SPAN, sid)))
+        s["time"].append(_int64(event.get("timeUnixNano"), "timeUnixNano"))
+        s["pid"].append(_int64(values.get(PROCESS_PID, pid), PROCESS_PID))
+        s["tid"].append(_int64(values.get(THREAD_ID, tid), THREAD_ID))
+        lane = values.get(C.LANE)
+        s["lane"].append(lane if lane is None else _typed(lane, str, C.LANE))
+        s["span_id"].append(_int64(values.get(SYNC_SPAN, sid), SYNC_SPAN))
 
 
 def _scope_attrs(scope: Any) -> dict[str, Any]:
@@ -352,6 +420,10 @@ def read(path: Path) -> Trace:
         except (TypeError, ValueError, KeyError, AttributeError) as exc:
             what = f"missing {exc}" if isinstance(exc, KeyError) else str(exc)
             raise FdprofError(f"{path}: request {index}: {what}") from None
+        except FdprofError as exc:
+            if str(exc).startswith(f"{path}:"):  # the stream's own errors say where
+                raise
+            raise FdprofError(f"{path}: request {index}: {exc}") from None
     procs = sorted(reader.procs)
     spans = {
         k: np.array(v, dtype=object if k in ("name", "role", "trace_id", "lane") else np.int64)
