@@ -47,6 +47,10 @@ PROC_ROLE, PROC_ANCHORED = S.ROLE, "fd.anchored"
 #: category of the flow arrows the writer draws for sync edges (the instants carry the edges)
 SYNC_FLOW_CAT = "fd.sync"
 CAT_ATTR = "chrome.cat"
+#: ``meta["display"]`` keys: process labels and sort indexes by pid, thread sort indexes by
+#: ``"pid/tid"``, as the ``M`` events give them (the Perfetto writer writes them back)
+PROCESS_LABELS, PROCESS_SORT = "process_labels", "process_sort_index"
+THREAD_SORT = "thread_sort_index"
 
 _INSTANTS = frozenset("iInR")
 _FLOWS = {"s": ("release",), "t": ("acquire", "release"), "f": ("acquire",)}
@@ -96,12 +100,14 @@ class _Builder:
         self.sync_parts: dict[str, list[np.ndarray]] = {k: [] for k in _SYNC_COLS}
         self.counters: list[tuple[int, str, int, str, float]] = []
         self.ids: dict[Any, int] = {}
-        #: flow id -> sequence number, per category (no tuple per flow)
+        #: flow id that is not an int -> sequence number, per category (no tuple per flow)
         self.flow_ids: dict[Any, dict[Any, int]] = {}
         self.flows = 0
         self.names: dict[str, str] = {}
         self.proc: dict[int, dict[str, Any]] = {}
         self.threads: dict[str, str] = {}
+        #: how viewers lay processes and threads out (``M`` labels and sort indexes)
+        self.display: dict[str, dict] = {}
         self.stacks: dict[tuple, list[int]] = {}
         self.pending: list[tuple[dict, int, int, str | None]] = []
         self.closes: list[tuple[int, int, dict | None]] = []
@@ -282,11 +288,15 @@ class _Builder:
             if ev.get("cat") == SYNC_FLOW_CAT:
                 return
             cat, flow = _cat(ev), _flow_id(ev)
-            ids = self.flow_ids.setdefault(cat, {})
-            seq = ids.get(flow)
-            if seq is None:
-                seq = ids[flow] = self.flows
-                self.flows += 1
+            if type(flow) is int and -(2**63) <= flow < 2**63:
+                seq = flow  # the flow's own id: a conversion writes it back as it was
+            else:  # "0x1f", {"local": ...}: numbered below zero in order of appearance
+                ids = self.flow_ids.setdefault(cat, {})
+                key = flow if isinstance(flow, str | int) else str(flow)
+                seq = ids.get(key)
+                if seq is None:
+                    seq = ids[key] = -1 - self.flows
+                    self.flows += 1
             args = ev.get("args") or {}
             span = args.get(SYNC_SPAN, 0)
             if type(span) is not int:
@@ -342,6 +352,13 @@ class _Builder:
             proc["dp_rank"] = C.dp_rank(args.get(C.DP_RANK))
         elif ev.get("name") == "thread_name":
             self.threads[f"{pid}/{self.ident(ev.get('tid'))}"] = str(args.get("name", ""))
+        elif ev.get("name") == "process_labels" and isinstance(args.get("labels"), str):
+            self.display.setdefault(PROCESS_LABELS, {})[pid] = args["labels"]
+        elif ev.get("name") == "process_sort_index" and type(args.get("sort_index")) is int:
+            self.display.setdefault(PROCESS_SORT, {})[pid] = args["sort_index"]
+        elif ev.get("name") == "thread_sort_index" and type(args.get("sort_index")) is int:
+            lane = f"{pid}/{self.ident(ev.get('tid'))}"
+            self.display.setdefault(THREAD_SORT, {})[lane] = args["sort_index"]
 
 
 _CONTAINERS = (dict, list)
@@ -643,6 +660,8 @@ def _finish(trace: Trace, b: _Builder) -> Trace:
     }
     assemble(trace, spans, attrs, syncs, processes)
     trace.meta["thread_names"] = b.threads
+    if b.display:
+        trace.meta["display"] = b.display
     if b.counters:
         trace.meta["counters"] = pd.DataFrame(
             b.counters, columns=["pid", "name", "time", "key", "value"]

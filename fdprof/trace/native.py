@@ -123,7 +123,9 @@ def _decode(path: Path, data: bytearray | None) -> _File | None:
         header = R.read_header(data)
     except ValueError as exc:
         raise FdprofError(f"{path}: {exc}") from None
-    out = _File(header.pid, header.role, header.epoch_anchor_ns - header.mono_anchor_ns, header)
+    out = _File(
+        signed32(header.pid), header.role, header.epoch_anchor_ns - header.mono_anchor_ns, header
+    )
     offs = R.record_offsets(data, header.size)
     raw = np.frombuffer(data, dtype=np.uint8)
     kinds = raw[offs]
@@ -162,7 +164,7 @@ def _decode(path: Path, data: bytearray | None) -> _File | None:
         "name": out.text(name_id, "a span name"),
         "start": start + out.offset_ns,
         "end": ends,
-        "tid": tid.astype(np.int64),
+        "tid": signed32(tid),
     }
     out.n_spans = len(span_id)
 
@@ -183,7 +185,7 @@ def _decode(path: Path, data: bytearray | None) -> _File | None:
         "seq": seq,
         "keyed": R.sync_keyed(header.version, sync_flags, seq),
         "time": time + out.offset_ns,
-        "tid": sync_tid.astype(np.int64),
+        "tid": signed32(sync_tid),
         "span_id": sync_span.view(np.int64),
     }
     out.n_syncs = len(ops)
@@ -559,3 +561,11 @@ def _inherit(span_id: np.ndarray, parent_id: np.ndarray, trace_id: np.ndarray) -
             break
         trace_id[missing[known]] = fill[known]
     return trace_id
+
+
+def signed32(ids):
+    """Record pids and tids (unsigned 32 bits) as the signed ids they were written from: a
+    foreign trace's synthetic negative ids round-trip (Linux ids stay below 2**22)."""
+    if isinstance(ids, int):
+        return ids - (1 << 32) if ids >= 1 << 31 else ids
+    return np.asarray(ids).astype(np.uint32).view(np.int32).astype(np.int64)

@@ -23,6 +23,9 @@ from fdprof.trace.model import Trace, rows
 from fdprof.trace.native import MANIFEST, RUN_FORMAT
 
 MASK64 = (1 << 64) - 1
+#: pids and tids are stored in 32 bits; negative ones (a foreign trace's named or synthetic
+#: threads) as their two's complement, read back signed (:func:`fdprof.trace.native.signed32`)
+MASK32 = (1 << 32) - 1
 I32 = (-(2**31), 2**31 - 1)
 
 
@@ -30,15 +33,17 @@ class _File:
     """Records of one process, with its string table."""
 
     def __init__(self, pid: int, role: str, dp_rank: int, tp_rank: int) -> None:
+        if not -(2**31) <= pid < 2**31:
+            raise FdprofError(f"process id {pid} does not fit a native record (32 bits)")
         self.parts = [R.pack_header(pid, 0, 0, role, dp_rank, tp_rank)]
         self.strings: dict[str, int] = {}
 
     def record(self, kind: int, tid: int, payload: bytes, flags: int = 0) -> None:
         if len(payload) > 0xFFFF:
             raise FdprofError("a value is too long for a native record (64 KiB)")
-        if not 0 <= tid <= 0xFFFFFFFF:
-            raise FdprofError(f"thread id {tid} does not fit a native record")
-        self.parts.append(R.RECORD_HEADER.pack(kind, flags, len(payload), tid) + payload)
+        if not -(2**31) <= tid < 2**31:
+            raise FdprofError(f"thread id {tid} does not fit a native record (32 bits)")
+        self.parts.append(R.RECORD_HEADER.pack(kind, flags, len(payload), tid & MASK32) + payload)
 
     def intern(self, text: str, tid: int) -> int:
         sid = self.strings.get(text)
@@ -67,12 +72,29 @@ class _File:
 
 
 def write(trace: Trace, path: str | Path) -> None:
+    """Write ``trace`` as a run directory at ``path``; on failure nothing is left behind (no
+    half-written run, no empty directory)."""
     out = Path(path)
     if out.exists() and not out.is_dir():
         raise FdprofError(f"{out}: exists and is not a directory")
     if (out / MANIFEST).exists() or any(out.glob("*.rec")):
         raise FdprofError(f"{out}: already holds a run; write to a new directory")
-    out.mkdir(parents=True, exist_ok=True)
+    created = not out.exists()
+    written: list[Path] = []
+    try:
+        files = _records(trace)
+        out.mkdir(parents=True, exist_ok=True)
+        _write_files(trace, out, files, written)
+    except BaseException:
+        for f in written:
+            f.unlink(missing_ok=True)
+        if created and out.is_dir() and not any(out.iterdir()):
+            out.rmdir()
+        raise
+
+
+def _records(trace: Trace) -> dict[int, _File]:
+    """Every process's records, in memory: nothing is written before all of them encode."""
     procs = trace.processes.set_index("pid")
     role_of = dict(rows(trace.processes, ["pid", "role"]))
     spans = trace.spans
@@ -125,11 +147,17 @@ def write(trace: Trace, path: str | Path) -> None:
         f.record(R.Kind.SYNC, tid, payload, R.SYNC_KEYED if keyed else 0)
     for pid in procs.index.tolist():
         file_of(pid)
+    return files
+
+
+def _write_files(trace: Trace, out: Path, files: dict[int, _File], written: list[Path]) -> None:
+    procs = trace.processes.set_index("pid")
     processes = []
     for pid, f in files.items():
         role = str(procs.at[pid, "role"]) if pid in procs.index else ""
         rank = int(procs.at[pid, "dp_rank"]) if pid in procs.index else -1
         record = f"{role or 'process'}-{max(rank, 0)}-{pid}.rec"
+        written.append(out / record)
         (out / record).write_bytes(b"".join(f.parts))
         name = str(procs.at[pid, "name"]) if pid in procs.index else role
         processes.append(
@@ -151,4 +179,5 @@ def write(trace: Trace, path: str | Path) -> None:
         "error": None,
         "source": {"format": trace.meta.get("format"), "path": trace.meta.get("path")},
     }
+    written.append(out / MANIFEST)
     (out / MANIFEST).write_text(json.dumps(manifest, indent=1, default=str))

@@ -12,7 +12,8 @@ What becomes what:
   the span id in the int64 payload, which is how :mod:`fdprof.trace.join` matches native spans.
 - CUDA kernels, memcpys and memsets → spans on device lanes
   ``<pid>/cuda:<device>/stream:<stream>`` (the process from ``globalPid``);
-  each CUDA runtime call that launched one releases ``cuda:launch/<pid>`` (sequence: the
+  CUDA runtime and OS runtime calls → spans on their thread (attribute ``nsys.api``); each
+  runtime call that launched device work releases ``cuda:launch/<pid>`` (sequence: the
   correlation id, which is per process) and the device work acquires it, so launch order is a
   happens-before edge.
 - NVTX ranges projected onto the device work launched inside them (spans on the device lanes,
@@ -214,7 +215,7 @@ def read(path: Path) -> Trace:
     rows = _Rows()
     ranges = _nvtx(export, strings, rows) if "NVTX_EVENTS" in export.tables else None
     launched = _device(export, strings, rows)
-    calls = _calls(export, strings)
+    calls = _api_calls(export, strings, rows)
     if launched is not None and calls is not None:
         _launches(calls, launched, rows)
         if ranges is not None:
@@ -406,36 +407,56 @@ def _device_lanes(pid: np.ndarray, device: np.ndarray, stream: np.ndarray) -> np
     return np.array(names, dtype=object)[inverse.ravel()]
 
 
-def _calls(export: _Export, strings: dict[int, str]) -> pd.DataFrame | None:
-    """Every CUDA runtime and driver API call: ``pid, tid, start, end, correlationId, name``."""
-    table = "CUPTI_ACTIVITY_KIND_RUNTIME"
-    cols = export.columns(table) if table in export.tables else set()
-    if {"start", "globalTid", "correlationId"} - cols:
-        return None
-    extra = "".join(f", {c}" for c in ("end", "nameId") if c in cols)
-    calls = export.query(f"SELECT start, globalTid, correlationId{extra} FROM {table}")
-    where = f"{export.path}: {table}"
-    pid, tid = global_tid(calls["globalTid"], f"{where}.globalTid")
-    start = ints(calls["start"], f"{where}.start")
-    names = calls["nameId"].map(strings) if "nameId" in calls else pd.Series([""] * len(calls))
-    return pd.DataFrame({
-        "pid": pid, "tid": tid, "start": start,
-        "end": ints(calls["end"], f"{where}.end", null=-1) if "end" in calls else start,
-        "correlationId": ints(calls["correlationId"], f"{where}.correlationId", null=-1),
-        "name": names.fillna("").astype(str).to_numpy(object),
-    })  # fmt: skip
+#: host API tables kept as spans on their threads (on tracks of their own in Perfetto):
+#: table -> the ``nsys.api`` attribute value
+API_TABLES = {"CUPTI_ACTIVITY_KIND_RUNTIME": "CUDA API", "OSRT_API": "OS runtime"}
+
+
+def _api_calls(export: _Export, strings: dict[int, str], rows: _Rows) -> pd.DataFrame | None:
+    """CUDA runtime and OS runtime calls as spans on the calling thread (named as Nsight shows
+    them: ``cudaLaunchKernel``, not ``cudaLaunchKernel_v7000``); returns every CUDA runtime
+    and driver API call: ``pid, tid, start, end, correlationId, name, span_id``."""
+    launches = None
+    for table, api in API_TABLES.items():
+        cols = export.columns(table) if table in export.tables else set()
+        if {"start", "globalTid"} - cols or (api == "CUDA API" and "correlationId" not in cols):
+            continue
+        extra = "".join(f", {c}" for c in ("end", "nameId", "correlationId") if c in cols)
+        df = export.query(f"SELECT start, globalTid{extra} FROM {table}")
+        if not len(df):
+            continue
+        where = f"{export.path}: {table}"
+        pid, tid = global_tid(df["globalTid"], f"{where}.globalTid")
+        start = ints(df["start"], f"{where}.start")
+        end = ints(df["end"], f"{where}.end", null=-1) if "end" in df else start
+        names = df["nameId"].map(strings) if "nameId" in df else pd.Series([""] * len(df))
+        names = names.fillna("").astype(str)
+        shown = names.str.replace(r"_v\d+$", "", regex=True).where(names != "", api)
+        ids = rows.add_spans({"name": shown.to_numpy(object), "start": start, "end": end,
+                              "pid": pid, "tid": tid,
+                              "lane": np.full(len(df), None, dtype=object)})  # fmt: skip
+        rows.add_attr(ids, "nsys.api", pd.Series([api] * len(df)))
+        if api == "CUDA API":
+            correlation = ints(df["correlationId"], f"{where}.correlationId", null=-1)
+            rows.add_attr(ids, "cuda.correlationId", pd.Series(correlation))
+            launches = pd.DataFrame({
+                "pid": pid, "tid": tid, "start": start, "end": end, "correlationId": correlation,
+                "name": names.to_numpy(object), "span_id": ids,
+            })  # fmt: skip
+    return launches
 
 
 def _launches(calls: pd.DataFrame, launched: pd.DataFrame, rows: _Rows) -> None:
-    """``cuda:launch/<pid>`` edges from each runtime call to the device work it launched.
-    Correlation ids are per process, so the object is too: two processes' call 5 are two
-    edges."""
-    calls = calls[["pid", "tid", "correlationId", "start"]].rename(columns={"start": "time"})
+    """``cuda:launch/<pid>`` edges from each runtime call (its span) to the device work it
+    launched. Correlation ids are per process, so the object is too: two processes' call 5
+    are two edges."""
+    calls = calls[["pid", "tid", "correlationId", "start", "span_id"]].rename(
+        columns={"start": "time"})  # fmt: skip
     keys = ["pid", "correlationId"]
     calls = calls.merge(launched[keys].drop_duplicates(), on=keys)
     got = launched.merge(calls[keys].drop_duplicates(), on=keys)
-    ends = ((calls, "release", None, None), (got, "acquire", "lane", "span_id"))
-    for part, op, lane, span in ends:
+    ends = ((calls, "release", None), (got, "acquire", "lane"))
+    for part, op, lane in ends:
         rows.syncs.append(
             {
                 "op": np.full(len(part), op, dtype=object),
@@ -446,7 +467,7 @@ def _launches(calls: pd.DataFrame, launched: pd.DataFrame, rows: _Rows) -> None:
                 "pid": part["pid"].to_numpy(np.int64),
                 "tid": part["tid"].to_numpy(np.int64),
                 "lane": part[lane].to_numpy(object) if lane else np.full(len(part), None, object),
-                "span_id": part[span].to_numpy(np.int64) if span else np.zeros(len(part), np.int64),
+                "span_id": part["span_id"].to_numpy(np.int64),
             }
         )
 

@@ -2,8 +2,10 @@
 
 Perfetto (and chrome://tracing) show a thread's ``X`` slices as one stack: a slice that
 overlaps another without nesting in it is dropped. So a span is placed on its thread's track
-only if it nests properly there; device lanes (``fd.lane``) and swaps get tracks of their own,
-and spans that would still overlap move to overflow tracks. Nothing is dropped.
+only if it nests properly there; device lanes (``fd.lane``), swaps and spans a caller labels
+(Nsight's CUDA API and OS runtime calls) get tracks of their own, and spans that would still
+overlap are written as async slices, which viewers pack onto as few rows as they need.
+Nothing is dropped, and no track is made per overlap.
 """
 
 from __future__ import annotations
@@ -30,26 +32,34 @@ class Tracks:
     names: dict[tuple[int, int], str]
     #: (pid, lane) -> track tid of the lane's first track, for lanes that are not threads
     lane_tracks: dict[tuple[int, str], int]
+    #: per span row: it overlaps its track without nesting, so it is an async slice
+    overlapping: np.ndarray
 
 
-def assign(spans: pd.DataFrame) -> Tracks:
-    """A track per span such that slices on each track nest properly."""
+def assign(spans: pd.DataFrame, labels: np.ndarray | None = None) -> Tracks:
+    """A track per span such that slices on each track nest properly; ``labels`` (a string or
+    None per row) puts the labelled spans of a lane on a track of their own named
+    ``"<lane> <label>"``."""
     pid = spans["pid"].to_numpy(np.int64)
     tid = spans["tid"].to_numpy(np.int64)
     lane = spans["lane"].to_numpy(object)
     name = spans["name"].to_numpy(object)
     own_lane = lane != thread_lanes(pid, tid)
     own_name = np.isin(name, list(OWN_TRACK_NAMES)) & ~own_lane
+    label = np.full(len(spans), None, dtype=object) if labels is None else labels
+    labelled = ~np.equal(label, None)
+    suffix = np.where(labelled, label, name).astype(str)
     group = np.where(
-        own_lane,
+        own_lane & ~labelled,
         "lane " + lane.astype(str),
-        np.where(own_name, "name " + lane.astype(str) + " " + name.astype(str), "thread"),
+        np.where(own_name | labelled, "name " + lane.astype(str) + " " + suffix, "thread"),
     )
     start = spans["start"].to_numpy(np.int64)
     end = spans["end"].to_numpy(np.int64)
     end = np.where(end < 0, np.iinfo(np.int64).max, end)
     order = np.lexsort((-end, start, tid, pid, group))
     span_tid = tid.copy()
+    overlapping = np.zeros(len(spans), dtype=bool)
     names: dict[tuple[int, int], str] = {}
     lane_tracks: dict[tuple[int, str], int] = {}
     tracks: dict[tuple, int] = {}
@@ -58,26 +68,20 @@ def assign(spans: pd.DataFrame) -> Tracks:
         g, p, t = group[row], int(pid[row]), int(tid[row])
         base = (g, p) if g != "thread" else (g, p, t)
         s, e = int(start[row]), int(end[row])
-        level = 0
-        while True:
-            stack = stacks.setdefault((*base, level), [])
-            while stack and stack[-1] <= s:
-                stack.pop()
-            if not stack or stack[-1] >= e:
-                stack.append(e)
-                break
-            level += 1
-        key = (*base, level)
-        if g == "thread" and level == 0:
+        stack = stacks.setdefault(base, [])  # ends of the open slices enclosing this one
+        while stack and stack[-1] <= s:
+            stack.pop()
+        if not stack or stack[-1] >= e:
+            stack.append(e)
+        else:
+            overlapping[row] = True
+        if g == "thread":
             continue
-        track = tracks.get(key)
+        track = tracks.get(base)
         if track is None:
-            track = tracks[key] = SYNTHETIC_TID + len(tracks)
-            label = lane[row] if g != "thread" else f"{p}/{t}"
-            if g.startswith("name "):
-                label = f"{label} {name[row]}"
-            names[(p, track)] = label if level == 0 else f"{label} (overlap {level})"
-            if own_lane[row] and level == 0:
+            track = tracks[base] = SYNTHETIC_TID + len(tracks)
+            names[(p, track)] = f"{lane[row]} {suffix[row]}" if g.startswith("name ") else lane[row]
+            if own_lane[row] and not labelled[row]:
                 lane_tracks.setdefault((p, lane[row]), track)
         span_tid[row] = track
-    return Tracks(span_tid, names, lane_tracks)
+    return Tracks(span_tid, names, lane_tracks, overlapping)

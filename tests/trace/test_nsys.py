@@ -12,7 +12,10 @@ from fdprof.trace import load
 def test_real_exports_of_two_schema_versions():
     new = load(DATA / "nsys" / "NVIDIA__Fuser__report1.sqlite")
     assert new.meta["nsys"]["EXPORT_SCHEMA_VERSION"] == "3.17.1"
-    nvtx = new.spans[~new.spans["lane"].str.contains("/cuda:")]
+    api = new.attr("nsys.api")
+    assert (api == "CUDA API").sum() == 990  # every runtime call kept, on its thread
+    host = new.spans[~new.spans["lane"].str.contains("/cuda:")]
+    nvtx = host[~host["span_id"].isin(api.index)]
     assert len(nvtx) == 13513
     assert len(nvtx["tid"].unique()) == 9
     on_device = new.spans[new.spans["lane"].str.contains("/cuda:")]
