@@ -26,6 +26,12 @@ stream's lane with the interval it really ran, and the launch/event edges), when
 probe records. A device takes the probe current when it is made: make it after
 ``probe.configure``.
 
+Between processes, a :class:`SharedEvent` is recorded at explicit, increasing generations
+(a step's sequence number, a task id) and waited for at one: the waiter names the generation
+it needs, as it learnt it from a message (CPU twin: a shared-memory slot the marker writes and
+waiters poll; CUDA: an interprocess event whose recorder publishes each recorded generation in
+that slot, so a waiter knows the event's latest record covers the one it needs).
+
 A failure inside launched work does not raise at ``launch`` (the host has moved on, as with a
 CUDA error): the CPU twin keeps the first exception and raises :class:`DeviceError` from the
 next synchronisation of that stream or an event recorded after it; CUDA raises torch's own
@@ -42,14 +48,20 @@ import threading
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from fdprof import probe as fdprobe
 from fdprof import semconv as S
+from fdprof.probe import api
 from fdprof.probe.api import Name, Probe
 from fdprof.probe.device import StreamProbe, event_object
+
+#: how often a waiter on a shared event looks at its slot
+SHARED_POLL_S = 0.0002
 
 
 class DeviceError(RuntimeError):
@@ -67,9 +79,10 @@ class Event(ABC):
         self._lock = threading.Lock()
         self._recorded = 0
 
-    def _next_record(self) -> int:
+    def _next_record(self, generation: int | None = None) -> int:
+        """The generation of a new record: the next count, or the one a shared event is given."""
         with self._lock:
-            self._recorded += 1
+            self._recorded = self._recorded + 1 if generation is None else generation
             return self._recorded
 
     @property
@@ -77,16 +90,18 @@ class Event(ABC):
         """How many times it has been recorded (0: never; it is then complete)."""
         return self._recorded
 
-    def synchronize(self) -> None:
-        """Block the host until the most recent record has completed."""
-        generation = self._recorded
+    def synchronize(self, generation: int | None = None) -> None:
+        """Block the host until the most recent record (or record ``generation`` of a shared
+        event) has completed."""
+        generation = self._recorded if generation is None else generation
         if generation:
             self._host_wait(generation)
             self._probe.acquire(self.obj, generation)
 
-    def query(self) -> bool:
-        """Whether the most recent record has completed (never recorded: True)."""
-        generation = self._recorded
+    def query(self, generation: int | None = None) -> bool:
+        """Whether the most recent record (or ``generation``) has completed (never recorded:
+        True)."""
+        generation = self._recorded if generation is None else generation
         if not generation:
             return True
         done = self._completed(generation)
@@ -116,12 +131,14 @@ class Stream(ABC):
         from the host) without waiting for it."""
 
     @abstractmethod
-    def record(self, event: Event) -> None:
-        """Record ``event`` here: it completes when the work launched so far has run."""
+    def record(self, event: Event, generation: int | None = None) -> None:
+        """Record ``event`` here: it completes when the work launched so far has run. A
+        :class:`SharedEvent` is recorded at the ``generation`` given (increasing)."""
 
     @abstractmethod
-    def wait(self, event: Event) -> None:
-        """Later work on this stream waits for ``event``'s most recent record (host goes on)."""
+    def wait(self, event: Event, generation: int | None = None) -> None:
+        """Later work on this stream waits for ``event``'s most recent record, or record
+        ``generation`` of a shared event (the host goes on)."""
 
     def synchronize(self) -> None:
         """Block the host until the work launched so far on this stream has run: a record of
@@ -160,6 +177,12 @@ class Device(ABC):
 
     @abstractmethod
     def event(self) -> Event: ...
+
+    @abstractmethod
+    def shared_event(self, name: str, slot: Path, torch_event: Any = None) -> SharedEvent:
+        """The event ``name`` that several processes record and wait on, its generations in the
+        shared file ``slot`` (made beforehand, zeroed); on CUDA ``torch_event`` is the
+        interprocess event (made by one process, passed to the others)."""
 
     def synchronize(self) -> None:
         """Block the host until every stream of this device has run its work."""
@@ -205,6 +228,39 @@ class CpuEvent(Event):
             return self._done >= generation
 
 
+class SharedEvent(Event):
+    """An event of several processes, recorded at explicit generations (module doc). Its sync
+    object is named by ``name``, the same in every process: ``event:<name>``."""
+
+    def __init__(self, probe: Probe, name: str, slot: Path) -> None:
+        super().__init__(probe)
+        self.obj = api.obj(f"{S.DEVICE_EVENT_PREFIX}{name}")
+        self._slot = np.memmap(slot, dtype=np.int64, mode="r+", shape=(1,))
+
+    def _publish(self, generation: int) -> None:
+        self._slot[0] = max(int(self._slot[0]), generation)
+
+    def _reached(self, generation: int) -> bool:
+        return int(self._slot[0]) >= generation
+
+    def _poll(self, generation: int) -> None:
+        while not self._reached(generation):
+            time.sleep(SHARED_POLL_S)
+
+
+class CpuSharedEvent(SharedEvent):
+    """CPU twin: the slot holds the highest generation whose marker has executed."""
+
+    def _complete(self, generation: int, error: BaseException | None) -> None:
+        self._publish(generation)
+
+    def _host_wait(self, generation: int) -> None:
+        self._poll(generation)
+
+    def _completed(self, generation: int) -> bool:
+        return self._reached(generation)
+
+
 _WORK, _RECORD, _WAIT, _STOP = range(4)
 
 
@@ -224,14 +280,15 @@ class CpuStream(Stream):
         self._fifo.put((_WORK, fn, args, name, sid, seq, parent))
         return sid
 
-    def record(self, event: Event) -> None:
-        assert isinstance(event, CpuEvent), "a CPU stream records CPU events"
-        generation = event._next_record()
+    def record(self, event: Event, generation: int | None = None) -> None:
+        assert isinstance(event, CpuEvent | CpuSharedEvent), "a CPU stream records CPU events"
+        assert generation is not None or not isinstance(event, SharedEvent), "needs a generation"
+        generation = event._next_record(generation)
         self._fifo.put((_RECORD, event, generation, *self.probe.launched()))
 
-    def wait(self, event: Event) -> None:
-        assert isinstance(event, CpuEvent), "a CPU stream waits on CPU events"
-        generation = event.generation
+    def wait(self, event: Event, generation: int | None = None) -> None:
+        assert isinstance(event, CpuEvent | CpuSharedEvent), "a CPU stream waits on CPU events"
+        generation = event.generation if generation is None else generation
         if generation:
             self._fifo.put((_WAIT, event, generation, *self.probe.launched()))
 
@@ -283,6 +340,9 @@ class CpuDevice(Device):
     def event(self) -> CpuEvent:
         return CpuEvent(self.probe)
 
+    def shared_event(self, name: str, slot: Path, torch_event: Any = None) -> CpuSharedEvent:
+        return CpuSharedEvent(self.probe, name, slot)
+
 
 # -- CUDA -----------------------------------------------------------------------------------
 
@@ -311,15 +371,37 @@ class CudaClock:
 
 
 class CudaEvent(Event):
-    def __init__(self, probe: Probe) -> None:
+    def __init__(self, probe: Probe, torch_event: Any = None) -> None:
         super().__init__(probe)
-        self.torch_event = torch.cuda.Event()
+        self.torch_event = torch.cuda.Event() if torch_event is None else torch_event
 
     def _host_wait(self, generation: int) -> None:
         self.torch_event.synchronize()
 
     def _completed(self, generation: int) -> bool:
         return self.torch_event.query()
+
+
+class CudaSharedEvent(SharedEvent):
+    """CUDA: an interprocess event; the slot holds the highest generation *recorded* (published
+    by the recording host after the record call), so a waiter that sees its generation there
+    knows the event's latest record covers it (records of one event follow stream order)."""
+
+    def __init__(self, probe: Probe, name: str, slot: Path, torch_event: Any) -> None:
+        super().__init__(probe, name, slot)
+        self.torch_event = torch_event
+
+    def _host_wait(self, generation: int) -> None:
+        self._poll(generation)
+        self.torch_event.synchronize()
+
+    def _completed(self, generation: int) -> bool:
+        return self._reached(generation) and self.torch_event.query()
+
+
+def interprocess_event() -> Any:
+    """A CUDA event other processes can open (torch pickles it as an IPC handle)."""
+    return torch.cuda.Event(interprocess=True)
 
 
 class CudaStream(Stream):
@@ -354,20 +436,24 @@ class CudaStream(Stream):
         self.collect()
         return sid
 
-    def record(self, event: Event) -> None:
-        assert isinstance(event, CudaEvent), "a CUDA stream records CUDA events"
+    def record(self, event: Event, generation: int | None = None) -> None:
+        assert isinstance(event, CudaEvent | CudaSharedEvent), "a CUDA stream records CUDA events"
         event.torch_event.record(self.torch_stream)
-        generation = event._next_record()
+        generation = event._next_record(generation)
+        if isinstance(event, CudaSharedEvent):
+            event._publish(generation)
         if self.probe.enabled:
             mark = self._device.timer()
             mark.record(self.torch_stream)
             self._pending.append((_RECORD, mark, event, generation, *self.probe.launched()))
 
-    def wait(self, event: Event) -> None:
-        assert isinstance(event, CudaEvent), "a CUDA stream waits on CUDA events"
-        generation = event.generation
+    def wait(self, event: Event, generation: int | None = None) -> None:
+        assert isinstance(event, CudaEvent | CudaSharedEvent), "a CUDA stream waits on CUDA events"
+        generation = event.generation if generation is None else generation
         if not generation:
             return  # CUDA: waiting on an event never recorded waits for nothing
+        if isinstance(event, CudaSharedEvent):
+            event._poll(generation)  # its latest record must cover the generation we need
         if not self.probe.enabled:
             self.torch_stream.wait_event(event.torch_event)
             return
@@ -424,6 +510,11 @@ class CudaDevice(Device):
 
     def event(self) -> CudaEvent:
         return CudaEvent(self.probe)
+
+    def shared_event(self, name: str, slot: Path, torch_event: Any = None) -> CudaSharedEvent:
+        if torch_event is None:
+            raise DeviceError(f"shared event {name}: CUDA needs the interprocess event")
+        return CudaSharedEvent(self.probe, name, slot, torch_event)
 
 
 def open_device(kind: str, index: int = 0) -> Device:

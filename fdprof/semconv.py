@@ -40,12 +40,21 @@ ADAPTER_ERROR = "fdprof.adapter_error"
 #: stream, and a stream stopped until an event it waits on completed
 DEVICE_EVENT_RECORD = "device.event_record"
 DEVICE_EVENT_WAIT = "device.event_wait"
+DEVICE_MARKER_SPANS = (DEVICE_EVENT_RECORD, DEVICE_EVENT_WAIT)
+
+#: device work (spans on device lanes): the worker's forward pass on its compute stream, and a
+#: swap's copies on the transfer's copy stream
+FORWARD = "forward"
+SWAP_COPY = "swap_copy"
 
 #: spans whose time is compute, swapping, or the lock, as the analyses group them
 COMPUTE_SPANS = (EXECUTE_MODEL,)
 SWAP_SPANS = (SWAP,)
 SWAP_BLOCKING_SPANS = (ISSUE_SWAP_TASK,)
 LOCK_SPANS = (LOCK_WAIT, LOCK_HOLD)
+#: the same on device lanes (an Nsight projection of a range keeps the range's name)
+DEVICE_COMPUTE_SPANS = (FORWARD, EXECUTE_MODEL)
+DEVICE_SWAP_SPANS = (SWAP_COPY, SWAP)
 
 # -- NVTX categories (one per kind of work) ------------------------------------------------
 CATEGORY_STEP = "step"

@@ -19,7 +19,8 @@ import numpy as np
 import pandas as pd
 
 from fdprof import semconv as S
-from fdprof.analysis.breakdown import step_breakdown
+from fdprof.analysis.breakdown import DEVICE_PARTS, device_breakdown, step_breakdown
+from fdprof.analysis.device_time import device_overlap, host_overlap
 from fdprof.analysis.hazards import find_hazards
 from fdprof.analysis.whatif import what_if_drop_lock
 from fdprof.errors import FdprofError
@@ -57,6 +58,12 @@ class RunOutcome:
     #: one row per finished request: ``e2e``, ``ttft`` and ``tpot`` (NaN where unknown)
     requests: pd.DataFrame
     what_if_newly_unordered: int | None = None
+    #: share of swap time overlapped with compute: ``host`` (the calls), ``device`` (the
+    #: stream work; None without device spans)
+    swap_overlap: dict[str, float | None] = field(default_factory=dict)
+    #: mean ns per step of each part of the device time (``gpu_compute`` ...); None without
+    #: device work
+    device_breakdown: dict[str, float] | None = None
     #: span name -> (start, end) ms of its spans in the excerpt window
     timeline: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
     timeline_window: tuple[float, float] = (0.0, 0.0)
@@ -88,6 +95,7 @@ class RunOutcome:
         }
         if self.what_if_newly_unordered is not None:
             out["what_if_drop_lock_newly_unordered"] = self.what_if_newly_unordered
+        out["swap_overlap"] = self.swap_overlap
         return out
 
 
@@ -111,12 +119,25 @@ def analyse_run(
         hazards.kinds, _mismatches(trace, manifest), request_latencies(trace),
         None if wi is None else len(wi.newly_unordered), manifest=manifest,
     )  # fmt: skip
+    outcome.swap_overlap, outcome.device_breakdown = _device_side(trace, breakdown)
     outcome.timeline, outcome.timeline_window = _timeline_excerpt(trace)
     if perfetto_dir is not None:
         perfetto_dir.mkdir(parents=True, exist_ok=True)
         outcome.perfetto = perfetto_dir / f"{mode}-{index}.json"
         save(trace, outcome.perfetto, "perfetto")
     return outcome
+
+
+def _device_side(
+    trace: Trace, breakdown: pd.DataFrame
+) -> tuple[dict[str, float | None], dict[str, float] | None]:
+    """Swap/compute overlap on host and device lanes, and the mean device breakdown."""
+    host, device = host_overlap(trace.spans), device_overlap(trace.spans)
+    overlap = {"host": None if host is None else host.ratio,
+               "device": None if device is None else device.ratio}  # fmt: skip
+    parts = device_breakdown(trace, breakdown)
+    means = None if parts is None else {p: float(parts[p].mean()) for p in DEVICE_PARTS}
+    return overlap, means
 
 
 def _manifest(run_dir: Path) -> dict[str, Any]:

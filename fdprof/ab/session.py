@@ -87,6 +87,24 @@ class ABResult:
         runs = pd.DataFrame([self._part_ms(r) for r in self.of(mode)])
         return {part: float(runs[part].mean()) for part in PARTS}
 
+    def swap_overlap(self, mode: str) -> dict[str, float | None]:
+        """Mean share of swap time overlapped with compute on host and on device lanes, every
+        run weighing the same; None for a side no run measured. A baseline whose device side
+        is above zero did not exclude device work."""
+        out: dict[str, float | None] = {}
+        for side in ("host", "device"):
+            known = [r.swap_overlap.get(side) for r in self.of(mode)]
+            known = [v for v in known if v is not None]
+            out[side] = float(np.mean(known)) if known else None
+        return out
+
+    def device_breakdown_ms(self, mode: str) -> dict[str, float] | None:
+        """Mean ms per step of each device part over the runs that have device spans."""
+        parts = [r.device_breakdown for r in self.of(mode) if r.device_breakdown is not None]
+        if not parts:
+            return None
+        return {p: float(np.mean([b[p] for b in parts])) / 1e6 for p in parts[0]}
+
     def breakdown_change(self) -> dict[str, DifferenceCI]:
         """Per part, candidate minus baseline mean ms per step over the pairs (as the gain):
         which part the gain came from, with its uncertainty."""
@@ -161,6 +179,8 @@ class ABResult:
                 "spread": spread(tps),
                 "step_ms": spread(self.step_ms(mode)),
                 "breakdown_ms": self.breakdown_ms(mode),
+                "swap_overlap": self.swap_overlap(mode),
+                "device_breakdown_ms": self.device_breakdown_ms(mode),
                 "serving_ms": serving,
                 "hazards": self.hazards(mode),
             }  # fmt: skip

@@ -166,7 +166,9 @@ def device_kind(trace: Trace, spans: pd.DataFrame) -> pd.Series:
     """Each device span's kind (:data:`DEVICE_KINDS`), or None for an annotation: memcpy and
     memset by the reader's category (PyTorch's ``gpu_memcpy``/``gpu_memset``, Nsight's
     ``cuda.kind``) or the name Kineto gives them (``Memcpy HtoD ...``, ``Memset ...``),
-    communication by HTA's pattern of NCCL-like kernel names, compute the other kernels."""
+    communication by HTA's pattern of NCCL-like kernel names, compute the other kernels; the
+    probe's device spans by name (a swap's copies are memcpy, event records and waits are
+    markers, not work)."""
     ids = spans["span_id"]
     cat, cuda = (_text(trace.attr(key).reindex(ids)) for key in ("chrome.cat", "cuda.kind"))
     names = spans["name"].astype(str)
@@ -176,8 +178,9 @@ def device_kind(trace: Trace, spans: pd.DataFrame) -> pd.Series:
     for given in (cat, cuda):
         kind = np.where((given == "gpu_memcpy") | (given == "memcpy"), "memcpy", kind)
         kind = np.where((given == "gpu_memset") | (given == "memset"), "memset", kind)
+    kind = np.where(names.isin(S.DEVICE_SWAP_SPANS), "memcpy", kind)  # our streams' copies
     kind = kind.astype(object)
-    kind[np.isin(cat, DEVICE_ANNOTATION_CATS)] = None
+    kind[np.isin(cat, DEVICE_ANNOTATION_CATS) | names.isin(S.DEVICE_MARKER_SPANS)] = None
     return pd.Series(kind, index=spans.index)
 
 

@@ -23,13 +23,11 @@ from fdprof.analysis.breakdown import (
     without_projections,
 )
 from fdprof.analysis.columns import json_records, require
-from fdprof.analysis.stats import RatioCI, difference_ci, paired_ratio_ci, ratio_ci, spread
-from fdprof.analysis.timeline import covered, union
+from fdprof.analysis.device_time import device_overlap, host_overlap
+from fdprof.analysis.stats import RatioCI, difference_ci, ratio_ci, spread
 from fdprof.trace.model import Trace
 
-SPAN_NEEDS = ("span_id", "name", "start", "end", "role")
-SWAP_NAMES = S.SWAP_SPANS
-COMPUTE_NAMES = S.COMPUTE_SPANS
+SPAN_NEEDS = ("span_id", "name", "start", "end", "role", "lane")
 LOCK_NAMES = S.LOCK_SPANS
 #: below this many steps a side, a bootstrap of steps gives too narrow an interval: simulated
 #: with a known ratio (1,500 draws each), the throughput CI covered it 89% of the time at 6
@@ -49,10 +47,13 @@ class RunSummary:
     by_name: pd.DataFrame
     by_role: pd.DataFrame
     locks: pd.DataFrame
-    #: share of swap time during which ``execute_model`` ran, with its CI over swaps
+    #: share of swap time during which ``execute_model`` ran, with its CI over swaps: on host
+    #: lanes (the calls), and on device lanes (the work; None without device spans)
     swap_overlap: RatioCI | None
     #: one row per step: its GPU time by :data:`DEVICE_PARTS` (ns); None without device work
     device: pd.DataFrame | None = None
+    #: share of the copies' time on device lanes under compute work there; None without any
+    device_swap_overlap: RatioCI | None = None
 
     @property
     def n_steps(self) -> int:
@@ -71,6 +72,7 @@ class RunSummary:
         return spread(self.breakdown["duration"])
 
     def to_json(self) -> dict[str, Any]:
+        ov = self.device_swap_overlap
         return {
             "label": self.label, "steps": self.n_steps, "seconds": self.seconds,
             "tokens": self.tokens, "tokens_per_s": self.tokens_per_s,
@@ -81,6 +83,8 @@ class RunSummary:
                 self.swap_overlap.lo, self.swap_overlap.hi],
             "by_name": json_records(self.by_name), "by_role": json_records(self.by_role),
             "locks": json_records(self.locks),
+            "device_swap_overlap": None if ov is None else ov.ratio,
+            "device_swap_overlap_ci95": None if ov is None else [ov.lo, ov.hi],
         } | ({} if self.device is None else {
             "gpu_ns": {p: spread(self.device[p]) for p in (*DEVICE_PARTS, "gpu_window")},
             "gpu_share": {p: _share(self.device, p, "gpu_window") for p in DEVICE_PARTS},
@@ -135,7 +139,8 @@ class DiffResult:
 
 
 def summarize(trace: Trace, label: str = "", step_name: str | None = None) -> RunSummary:
-    spans = without_projections(trace, require(trace.spans, "spans", SPAN_NEEDS))
+    every = require(trace.spans, "spans", SPAN_NEEDS)  # with the projections: device overlap
+    spans = without_projections(trace, every)
     b = step_breakdown(trace, step_name)
     spans = spans[~spans["name"].astype(str).str.match(ENVELOPE.pattern)]  # not work
     tokens = float(b["tokens"].sum()) if b["tokens"].notna().any() else None
@@ -148,7 +153,8 @@ def summarize(trace: Trace, label: str = "", step_name: str | None = None) -> Ru
         by_name=time_by(spans.assign(name=grouped_names(spans["name"])), "name"),
         by_role=time_by(spans, "role"),
         locks=time_by(spans[spans["name"].isin(LOCK_NAMES)], ["name", "role"]),
-        swap_overlap=swap_overlap(spans),
+        swap_overlap=host_overlap(spans),
+        device_swap_overlap=device_overlap(every),
         device=device_breakdown(trace, b),
     )
 
@@ -198,19 +204,6 @@ def time_by(spans: pd.DataFrame, key: str | list[str]) -> pd.DataFrame:
         g.quantile([0.5, 0.9, 0.99]).unstack().set_axis(["p50", "p90", "p99"], axis=1)
     )
     return out.reset_index().sort_values("total", ascending=False, kind="stable")
-
-
-def swap_overlap(spans: pd.DataFrame, seed: int = 0) -> RatioCI | None:
-    """Share of swap time (summed over swaps) during which some ``execute_model`` ran, with a
-    95% CI over swaps resampled; None without swap time."""
-    done = spans[spans["end"] != -1]
-    swaps = done[done["name"].isin(SWAP_NAMES)]
-    start, end = swaps["start"].to_numpy(np.int64), swaps["end"].to_numpy(np.int64)
-    if int((end - start).sum()) == 0:
-        return None
-    comp = done[done["name"].isin(COMPUTE_NAMES)]
-    cu = union(comp["start"].to_numpy(), comp["end"].to_numpy())
-    return paired_ratio_ci(covered(cu, start, end), end - start, seed=seed)
 
 
 def _throughput_ratio(sb: RunSummary, sn: RunSummary, tokens: bool, seed: int) -> RatioCI:

@@ -12,7 +12,7 @@ import numpy as np
 
 from fdprof.ab.runs import TIMELINE_SPANS
 from fdprof.ab.session import SERVING, ABResult
-from fdprof.analysis.breakdown import PARTS
+from fdprof.analysis.breakdown import DEVICE_PARTS, PARTS
 from fdprof.analysis.stats import RatioCI, spread
 from fdprof.report import document as D
 
@@ -44,6 +44,7 @@ def build(result: ABResult) -> D.Document:
                     f"is {nl} minus {bl} over the pairs, with its 95% CI."),
         breakdown_table(result),
         breakdown_chart(result),
+        *device_blocks(result),
         *(timeline_chart(result, mode, label)
           for mode, label in zip(result.modes, result.labels, strict=True)),
         D.Heading("Every run"),
@@ -176,6 +177,29 @@ def breakdown_table(result: ABResult) -> D.Table:
     rows.append(["change [95% CI]", *(f"{change[p].delta:+.2f} [{change[p].lo:+.2f}, "
                                       f"{change[p].hi:+.2f}]" for p in PARTS)])  # fmt: skip
     return D.Table("Mean ms per step by part", ["mode", *(PART_NAMES[p] for p in PARTS)], rows)
+
+
+def device_blocks(result: ABResult) -> list[D.Block]:
+    """Swaps against compute on the host calls and on the device work, per mode: did the lock
+    exclude device work? And the breakdown on device time, where the traces have it."""
+    rows, device = [], []
+    for mode, label in zip(result.modes, result.labels, strict=True):
+        ov = result.swap_overlap(mode)
+        rows.append([label, *("-" if ov[s] is None else f"{100 * ov[s]:.1f}%"
+                              for s in ("host", "device"))])  # fmt: skip
+        parts = result.device_breakdown_ms(mode)
+        if parts is not None:
+            device.append([label, *(f"{parts[p]:.2f}" for p in DEVICE_PARTS)])
+    notes = ["host: swap calls under execute_model calls; device: copies under the compute "
+             "stream's work. A lock around the host calls that shows 0% on the host and more "
+             "on the device did not exclude device work."]  # fmt: skip
+    blocks: list[D.Block] = [
+        D.Table("Swap time overlapped with compute", ["mode", "host", "device"], rows, notes)
+    ]
+    if device:
+        title = "Mean device ms per step by kind of work (all streams, painted in this order)"
+        blocks.append(D.Table(title, ["mode", *DEVICE_PARTS], device))
+    return blocks
 
 
 def breakdown_chart(result: ABResult) -> D.Chart:

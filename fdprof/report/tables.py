@@ -100,6 +100,14 @@ def diff_document(d: DiffResult) -> Document:
         f"{ratio_text(d.step_latency)}",
         f"swap time overlapped with execute_model: {_share_ci(b.swap_overlap)} -> "
         f"{_share_ci(n.swap_overlap)}",
+        *(
+            [
+                f"on the device (stream work): copies overlapped with compute "
+                f"{_share_ci(b.device_swap_overlap)} -> {_share_ci(n.device_swap_overlap)}"
+            ]
+            if b.device_swap_overlap is not None or n.device_swap_overlap is not None
+            else []
+        ),
         *(f"caution: {c}" for c in d.cautions),
     ]
     lat = Table("Step latency", ["run", "steps", "p50", "p90", "p99", "mean"], [

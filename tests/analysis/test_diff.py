@@ -7,7 +7,8 @@ import pytest
 from synthetic import engine_trace
 
 from fdprof.analysis.breakdown import PARTS, ideal_gain, step_breakdown, steps
-from fdprof.analysis.diff import FEW_STEPS, diff_traces, swap_overlap
+from fdprof.analysis.device_time import host_overlap as swap_overlap
+from fdprof.analysis.diff import FEW_STEPS, diff_traces
 from fdprof.analysis.hazards import find_hazards
 from fdprof.analysis.stats import ratio_ci
 from fdprof.errors import FdprofError

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import threading
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -184,3 +185,51 @@ def test_failed_work_raises_where_the_host_next_synchronises(cpu):
 def test_an_unknown_kind_is_refused():
     with pytest.raises(ValueError, match="device kind"):
         open_device("tpu")
+
+
+def _record_after(slot: str, data: str, generation: int) -> None:
+    """Another process: slow work writes ``data``, then records the shared event."""
+    import numpy as np
+
+    dev = CpuDevice()
+    s = dev.stream()
+    ev = dev.shared_event("test/done", Path(slot))
+    out = np.memmap(data, dtype=np.int64, mode="r+", shape=(1,))
+
+    def write():
+        threading.Event().wait(0.2)
+        out[0] = 42
+
+    s.launch(WORK, write)
+    s.record(ev, generation)
+    dev.close()
+
+
+def test_a_shared_event_orders_a_stream_after_another_process(tmp_path):
+    """The waiter learns the generation from a message (here: the argument) and waits for it
+    on its stream; what the other process wrote before recording it is there."""
+    import multiprocessing as mp
+
+    import numpy as np
+
+    slot, data = tmp_path / "slot", tmp_path / "data"
+    for f in (slot, data):
+        f.write_bytes(bytes(8))
+    dev = CpuDevice()
+    try:
+        s = dev.stream()
+        ev = dev.shared_event("test/done", slot)
+        seen = torch.zeros(1, dtype=torch.int64)
+        out = np.memmap(data, dtype=np.int64, mode="r", shape=(1,))
+        proc = mp.get_context("spawn").Process(target=_record_after,
+                                               args=(str(slot), str(data), 7))  # fmt: skip
+        proc.start()
+        s.wait(ev, 7)
+        s.launch(WORK, lambda: seen.fill_(int(out[0])))
+        s.synchronize()
+        assert seen.item() == 42 and ev.query(7) and not ev.query(8)
+        ev.synchronize(7)  # the host: already complete
+        proc.join(30)
+        assert proc.exitcode == 0
+    finally:
+        dev.close()
