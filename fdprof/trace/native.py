@@ -315,7 +315,9 @@ def _check_manifest(where: Path, manifest: dict[str, Any]) -> None:
             if proc.get(key) is not None and type(proc[key]) is not kind:
                 raise FdprofError(f"{where}: processes[{i}].{key} should be {_NAMES[kind]}, not "
                                   f"{short(proc[key])}")  # fmt: skip
-        if proc.get("pid") is not None and not 0 <= proc["pid"] < 1 << 32:
+        # a record header's 32-bit pid: negative ones are a converted foreign trace's
+        # synthetic processes (native_writer)
+        if proc.get("pid") is not None and not -(1 << 31) <= proc["pid"] < 1 << 31:
             raise FdprofError(f"{where}: processes[{i}].pid {proc['pid']} is not a process id")
 
 
