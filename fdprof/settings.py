@@ -23,6 +23,8 @@ RUN_DIR = "FDPROF_RUN_DIR"
 RECORDER = "FDPROF_RECORDER"
 #: ms the Prometheus endpoint waits at the end of a run for a scraper to take the final counts
 METRICS_FINAL_SCRAPE_MS = "FDPROF_METRICS_FINAL_SCRAPE_MS"
+#: the pair index of an ``ab --baseline/--candidate`` command's run, set for the command
+AB_PAIR = "FDPROF_AB_PAIR"
 #: read by the NVTX injection library (C), set by :mod:`fdprof.capture.nvtx`
 NVTX_DIR = "FDPROF_NVTX_DIR"
 NVTX_CAPACITY_MB = "FDPROF_NVTX_CAPACITY_MB"
@@ -103,6 +105,11 @@ def run_dir(env: Mapping[str, str] | None = None) -> str | None:
 def python_recorder(env: Mapping[str, str] | None = None) -> bool:
     """``FDPROF_RECORDER=python``: the pure-Python recorder instead of the C extension."""
     return _text(RECORDER, env) == "python"
+
+
+def otlp_asked(env: Mapping[str, str] | None = None) -> bool:
+    """Whether any ``OTEL_EXPORTER_OTLP_*`` variable is set (a run then exports over OTLP)."""
+    return any(k.startswith(OTLP_PREFIX) and v.strip() for k, v in _env(env).items())
 
 
 def check_url(url: str, what: str) -> str:

@@ -15,13 +15,14 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
 
+from fdprof import settings
 from fdprof.capture.plan import CapturePlan
 from fdprof.errors import FdprofError
 from fdprof.probe.api import RUN_DIR_ENV
 from fdprof.probe.run_manifest import MANIFEST, write_run_manifest
 
 #: the pair index of a command's run (0, 1, ...): the same in both modes, a seed to share
-PAIR_ENV = "FDPROF_AB_PAIR"
+PAIR_ENV = settings.AB_PAIR
 #: lines of a failed command's stderr quoted in the error
 _TAIL_LINES = 1
 

@@ -11,13 +11,14 @@ from __future__ import annotations
 import importlib.machinery
 from pathlib import Path
 
+from fdprof import settings
 from fdprof.errors import FdprofError
 from fdprof.trace.nvtx_capture import RUN_SUBDIR, read_file
 
 #: the directory each process writes its capture file into
-DIR_ENV = "FDPROF_NVTX_DIR"
+DIR_ENV = settings.NVTX_DIR
 #: capacity of one process's capture file in MiB (default 64; sparse until written)
-CAPACITY_ENV = "FDPROF_NVTX_CAPACITY_MB"
+CAPACITY_ENV = settings.NVTX_CAPACITY_MB
 #: NVTX's own variable naming the injection library
 INJECTION_ENV = "NVTX_INJECTION64_PATH"
 

@@ -7,11 +7,11 @@ the engine's processes need.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
 from fdprof import semconv as S
+from fdprof import settings
 from fdprof.probe import ProbeConfig
 
 
@@ -61,7 +61,7 @@ def _otel_observers(probe_config: ProbeConfig) -> list:
         from fdprof.probe.otel_export import observers_for
     except ModuleNotFoundError:
         asked = probe_config.otlp_endpoint or probe_config.metrics_port is not None
-        if asked or any(k.startswith("OTEL_EXPORTER_OTLP") for k in os.environ):
+        if asked or settings.otlp_asked():
             raise
         return []
     return list(observers_for(probe_config))

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fdprof import semconv as S
+from fdprof import settings
 from fdprof.probe import records as R
 from fdprof.probe.config import ProbeConfig
 from fdprof.probe.context import format_traceparent, parse_traceparent
@@ -238,7 +239,7 @@ def configure(config: ProbeConfig, role: str, dp_rank: int = 0, tp_rank: int = -
 
 
 #: the run directory an engine records into when fdprof drives it through the environment
-RUN_DIR_ENV = "FDPROF_RUN_DIR"
+RUN_DIR_ENV = settings.RUN_DIR
 
 
 def configure_from_env(role: str, dp_rank: int = 0, tp_rank: int = 0) -> Probe:
@@ -246,7 +247,7 @@ def configure_from_env(role: str, dp_rank: int = 0, tp_rank: int = 0) -> Probe:
     --baseline CMD``): with ``FDPROF_RUN_DIR`` set, the native recorder writes
     ``<role>-<dp_rank>-<pid>.rec`` there (the directory is made if missing); otherwise the
     no-op probe. ``tp_rank`` goes to the probe's resource attributes."""
-    run_dir = os.environ.get(RUN_DIR_ENV)
+    run_dir = settings.run_dir()
     if not run_dir:
         return _NOOP
     Path(run_dir).mkdir(parents=True, exist_ok=True)

@@ -25,6 +25,7 @@ on the epoch, by the reader's own rule (:func:`fdprof.probe.records.epoch_offset
 
 from __future__ import annotations
 
+import hashlib
 from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -32,7 +33,6 @@ from typing import Any, NamedTuple
 
 from fdprof import semconv as S
 from fdprof.probe import records as R
-from fdprof.probe.context import trace_id_for
 
 #: the instrumentation scope (name, version) of every span fdprof makes (live or replayed)
 SCOPE = ("fdprof", "1")
@@ -77,8 +77,19 @@ def run_attributes(config: Mapping[str, Any]) -> dict[str, str]:
 
 
 def root_trace_id(instance: str, span_id: int) -> int:
-    """The trace id of a root span that no context placed in a trace."""
-    return int.from_bytes(trace_id_for("fdprof-root", instance, span_id & MASK64), "big")
+    """The trace id of a root span that no context placed in a trace: 16 bytes of
+    ``blake2b("fdprof-root/<instance>/" + span id, 8 bytes big-endian)``."""
+    seed = _roots.get(instance)
+    if seed is None:
+        seed = _roots[instance] = hashlib.blake2b(f"fdprof-root/{instance}/".encode(),
+                                                  digest_size=16)  # fmt: skip
+    h = seed.copy()
+    h.update((span_id & MASK64).to_bytes(8, "big"))
+    return int.from_bytes(h.digest(), "big")
+
+
+#: instance -> a hash of the root-trace prefix, copied for each root span
+_roots: dict[str, Any] = {}
 
 
 class Event(NamedTuple):

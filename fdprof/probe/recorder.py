@@ -23,6 +23,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from fdprof import settings
 from fdprof.probe import records as R
 from fdprof.probe.records import CHUNK
 
@@ -31,7 +32,7 @@ PID_SHIFT = 40
 #: the record header's u16 length bounds a payload
 MAX_PAYLOAD = 0xFFFF
 #: ``FDPROF_RECORDER=python`` selects this twin even where the C extension is built
-RECORDER_ENV = "FDPROF_RECORDER"
+RECORDER_ENV = settings.RECORDER
 
 #: bumped in a forked child: a recorder made before the fork shares the parent's mapping, so
 #: in the child it records nothing (configure() the probe again there)
@@ -258,7 +259,7 @@ def open_recorder(path: str | os.PathLike, role: str, dp_rank: int = -1, tp_rank
     """The C recorder where it is built (unless ``FDPROF_RECORDER=python``), else this twin.
     ``dp_rank``/``tp_rank`` (-1: unknown) go to the file's header: they scope the process's
     KV pools for the analyses."""
-    if os.environ.get(RECORDER_ENV, "c") != "python":
+    if not settings.python_recorder():
         try:
             from fdprof.probe._recorder import Recorder as CRecorder
         except ImportError:

@@ -56,6 +56,8 @@ _FIELDS = (
 
 def _first_positions(ids: np.ndarray, wanted: np.ndarray) -> np.ndarray:
     """Row of each ``wanted`` id in ``ids`` (its first row if repeated), -1 where absent or 0."""
+    if not len(ids):
+        return np.full(len(wanted), -1)
     first = ~pd.Index(ids).duplicated()
     found = pd.Index(ids[first]).get_indexer(wanted)
     pos = np.where(found >= 0, np.flatnonzero(first)[np.maximum(found, 0)], -1)
@@ -95,16 +97,16 @@ class OtelView:
         return len(self.trace.spans) - self.skipped
 
     def instance(self, pid: int) -> str:
-        attrs = self.attributes[pid]
-        return str(attrs.get(S.SERVICE_INSTANCE_ID) or f"pid-{pid}")
+        """The process's ``service.instance.id`` (root trace ids derive from it)."""
+        return str(self.attributes[pid].get(S.SERVICE_INSTANCE_ID) or f"pid-{pid}")
 
     def _trace_ids(self, order: np.ndarray) -> list[int]:
-        """Each span's trace (module :mod:`fdprof.probe.otel_spans`): its own, else its nearest
-        ancestor's, else one derived from its root's process instance and id."""
+        """Each span's trace, rows in ``order`` (module :mod:`fdprof.probe.otel_spans`): its own,
+        else its nearest ancestor's, else one derived from its root's process instance and id."""
         spans = self.trace.spans
+        own = spans["trace_id"].to_numpy(object, na_value=None)[order]
         sid = spans["span_id"].to_numpy()[order]
         pid = spans["pid"].to_numpy()[order]
-        own = spans["trace_id"].to_numpy(object, na_value=None)[order]
         pos = _first_positions(sid, spans["parent_id"].to_numpy()[order])
         known = ~np.equal(own, None)
         top = np.where(known | (pos < 0), np.arange(len(sid)), pos)
@@ -126,123 +128,128 @@ class OtelView:
             out.append(value)
         return out
 
-    def _remote(self, order: np.ndarray) -> np.ndarray:
+    def _remote(self, rows_: np.ndarray) -> list[bool]:
         """Whether each span's parent is in another process: the parent's row says, else, in a
         native trace, the pid in the parent's id (``pid << PID_SHIFT | counter``)."""
         spans = self.trace.spans
-        pid = spans["pid"].to_numpy()[order]
-        parent = spans["parent_id"].to_numpy()[order]
-        pos = _first_positions(spans["span_id"].to_numpy()[order], parent)
+        pids = spans["pid"].to_numpy()
+        pid, parent = pids[rows_], spans["parent_id"].to_numpy()[rows_]
+        pos = _first_positions(spans["span_id"].to_numpy(), parent)
         row = pos >= 0
         other = np.zeros(len(pid), dtype=bool)
-        other[row] = pid[pos[row]] != pid[row]
+        other[row] = pids[pos[row]] != pid[row]
         if self.trace.meta.get("format") == "native":
             missing = ~row & (parent != 0)
             other[missing] = (parent[missing] >> PID_SHIFT) != pid[missing]
-        return other
+        return other.tolist()
+
+    def _attrs(self) -> dict[int, dict[str, Any]]:
+        """``span id -> {key: value}``, a fresh dict per span (the caller adds to them)."""
+        out: dict[int, dict[str, Any]] = {}
+        for key, column in self.trace.attrs.items():
+            for sid, value in zip(column.span_id.tolist(), column.python(), strict=True):
+                got = out.get(sid)
+                if got is None:
+                    out[sid] = {key: value}
+                else:
+                    got[key] = value
+        return out
 
     def _events(self) -> tuple[dict[int, list], dict[int, list]]:
         """Sync events by owning span, and (lossless) those of no span here, by process."""
-        spans = self.trace.spans
-        pid_of = dict(zip(spans["span_id"].tolist(), spans["pid"].tolist(), strict=True))
+        spans, syncs = self.trace.spans, self.trace.syncs
         on_span: dict[int, list] = {}
         carried: dict[int, list] = {}
+        owner = _first_positions(spans["span_id"].to_numpy(), syncs["span_id"].to_numpy())
+        owned = owner >= 0
+        owned[owned] = spans["pid"].to_numpy()[owner[owned]] == syncs["pid"].to_numpy()[owned]
+        take = np.ones(len(owned), dtype=bool) if self.lossless else owned
         cols = ["op", "obj", "seq", "keyed", "time", "pid", "tid", "lane", "span_id"]
-        for op, obj, seq, keyed, t, pid, tid, lane, span in rows(self.trace.syncs, cols):
-            owned = pid_of.get(span) == pid
-            if not owned and not self.lossless:
-                continue
+        for own, (op, obj, seq, keyed, t, pid, tid, lane, span) in zip(
+            owned[take].tolist(), rows(syncs[take], cols), strict=True
+        ):
             extra: dict[str, Any] = {}
             if self.lossless:
                 extra[S.THREAD_ID] = tid
                 if lane is not None:
                     extra[C.LANE] = lane
-                if not owned:
+                if not own:
                     extra.update({SYNC_SPAN: span, S.PROCESS_PID: pid})
             event = sync_event(op, obj, seq if keyed else None, t, extra)
-            (on_span.setdefault(span, []) if owned else carried.setdefault(pid, [])).append(event)
+            (on_span.setdefault(span, []) if own else carried.setdefault(pid, [])).append(event)
         return on_span, carried
 
     def spans(self) -> Iterator[tuple[int, SpanData]]:
-        """``(pid, span)`` for every span, a process's spans together."""
+        """``(pid, span)`` for every span, a process's spans together; the carriers (lossless)
+        come last."""
         trace = self.trace
-        spans = trace.spans
-        order = np.argsort(spans["pid"].to_numpy(), kind="stable")
-        trace_ids = self._trace_ids(order)
-        remote = self._remote(order).tolist()
-        own_trace = spans["trace_id"].to_numpy(object, na_value=None)[order].tolist()
-        attrs_of = trace.attrs.by_span()
-        events_of, carried = self._events()
-        names = trace.meta.get("thread_names") or {}
-        lanes = C.thread_lanes(spans["pid"].to_numpy()[order], spans["tid"].to_numpy()[order])
+        rows_ = np.argsort(trace.spans["pid"].to_numpy(), kind="stable")
+        picked = trace.spans.iloc[rows_]
         cols = ["span_id", "parent_id", "name", "start", "end", "pid", "tid", "lane", "role"]
-        picked = spans.iloc[order]
+        columns = [picked[c].tolist() for c in cols]
+        thread_lanes = C.thread_lanes(picked["pid"].to_numpy(), picked["tid"].to_numpy()).tolist()
+        trace_ids = self._trace_ids(rows_)
+        remote = self._remote(rows_)
+        own_trace = picked["trace_id"].to_numpy(object, na_value=None).tolist()
+        attrs_of = self._attrs()
+        events_of, carried = self._events()
+        names = self._thread_names()
+        role_of, lossless = self._role_of, self.lossless
         for i, (sid, parent, name, start, end, pid, tid, lane, role) in enumerate(
-            rows(picked, cols)
+            zip(*columns, strict=True)
         ):
-            if end < 0 and not self.lossless:
+            if end < 0 and not lossless:
                 continue
-            own = attrs_of.get(sid, {})
-            attrs = {k: v for k, v in own.items() if k not in _FIELDS}
+            attrs = attrs_of.pop(sid, None) or {}
+            fields = {k: attrs.pop(k) for k in _FIELDS if k in attrs}
             attrs[S.THREAD_ID] = tid
-            thread_name = names.get(f"{pid}/{tid}")
+            thread_name = names.get((pid, tid))
             if thread_name is not None:
                 attrs[S.THREAD_NAME] = thread_name
-            if lane != lanes[i] and C.LANE not in own:
+            if lane != thread_lanes[i] and C.LANE not in attrs:
                 attrs[SPAN_LANE] = lane
-            if pid in self._role_of and role != self._role_of[pid] and C.ROLE not in own:
+            if role != role_of.get(pid, role) and C.ROLE not in attrs:
                 attrs[SPAN_ROLE] = role
-            if self.lossless:
+            if lossless:
                 if end < 0:
                     attrs[UNENDED] = True
                 if own_trace[i] is None:
                     attrs[SYNTHETIC_TRACE] = True
-            links = [
-                (int(tp.split("-")[1], 16), int(tp.split("-")[2], 16))
-                for tp in own.get(C.LINKS) or ()
-            ]
-            status = None
-            if own.get(S.OTEL_STATUS_CODE) in OTLP_STATUS:
-                status = (own[S.OTEL_STATUS_CODE], own.get(S.OTEL_STATUS_DESCRIPTION))
-            scope = SCOPE
-            if own.get(S.OTEL_SCOPE_NAME) is not None:
-                scope = (str(own[S.OTEL_SCOPE_NAME]), own.get(S.OTEL_SCOPE_VERSION))
-            kind = own.get(S.SPAN_KIND)
-            yield (
-                pid,
-                SpanData(
-                    name,
-                    trace_ids[i],
-                    sid & MASK64,
-                    parent & MASK64,
-                    remote[i],
-                    start,
-                    max(end, start),
-                    attrs,
-                    events_of.get(sid, []),
-                    links,
-                    kind if kind in OTLP_KINDS and kind != "internal" else None,
-                    status,
-                    scope,
-                ),
-            )
+            events = events_of.get(sid, [])
+            end = max(end, start)
+            yield pid, _span_data(name, trace_ids[i], sid, parent, remote[i], start, end, attrs,
+                                  events, fields)  # fmt: skip
         for pid, events in carried.items():
             t = events[0].time
-            yield (
-                pid,
-                SpanData(
-                    CARRIER_NAME,
-                    root_trace_id(self.instance(pid), 0),
-                    0,
-                    0,
-                    False,
-                    t,
-                    t,
-                    {CARRIER: True, SYNTHETIC_TRACE: True},
-                    events,
-                    [],
-                ),
-            )
+            trace_id = root_trace_id(self.instance(pid), 0)
+            attrs = {CARRIER: True, SYNTHETIC_TRACE: True}
+            yield pid, SpanData(CARRIER_NAME, trace_id, 0, 0, False, t, t, attrs, events, [])
+
+    def _thread_names(self) -> dict[tuple[int, int], str]:
+        names = {}
+        for key, name in (self.trace.meta.get("thread_names") or {}).items():
+            pid, _, tid = str(key).partition("/")
+            if pid.lstrip("-").isdigit() and tid.lstrip("-").isdigit():
+                names[int(pid), int(tid)] = name
+        return names
+
+
+def _span_data(name, trace, sid, parent, remote, start, end, attrs, events, fields) -> SpanData:
+    """A row's span; ``fields`` are the model's attributes that are OTLP fields (links, kind,
+    scope, status)."""
+    links = [
+        (int(tp.split("-")[1], 16), int(tp.split("-")[2], 16)) for tp in fields.get(C.LINKS) or ()
+    ]
+    status = None
+    if fields.get(S.OTEL_STATUS_CODE) in OTLP_STATUS:
+        status = (fields[S.OTEL_STATUS_CODE], fields.get(S.OTEL_STATUS_DESCRIPTION))
+    scope = SCOPE
+    if fields.get(S.OTEL_SCOPE_NAME) is not None:
+        scope = (str(fields[S.OTEL_SCOPE_NAME]), fields.get(S.OTEL_SCOPE_VERSION))
+    kind = fields.get(S.SPAN_KIND)
+    kind = kind if kind in OTLP_KINDS and kind != "internal" else None
+    return SpanData(name, trace, sid & MASK64, parent & MASK64, remote, start, end, attrs,
+                    events, links, kind, status, scope)  # fmt: skip
 
 
 @dataclass(frozen=True)

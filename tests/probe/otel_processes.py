@@ -1,10 +1,13 @@
 """Three real spawned processes (engine, transfer, worker) recording over real queues, with
-observers started beside them as ``fdprof run`` starts its own."""
+observers started beside them as ``fdprof run`` starts its own; and a Prometheus scraper."""
 
 from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import threading
+import time
+import urllib.request
 from pathlib import Path
 
 from fdprof import probe
@@ -88,3 +91,25 @@ def run_processes(run_dir: Path, observers) -> list[dict]:
         proc.join(60)
         assert proc.exitcode == 0
     return infos
+
+
+def scrape(port: int, accept: str = "text/plain") -> str:
+    req = urllib.request.Request(f"http://127.0.0.1:{port}/metrics", headers={"Accept": accept})
+    return urllib.request.urlopen(req, timeout=30).read().decode()
+
+
+class Scraper(threading.Thread):
+    """A scraper polling the endpoint until it goes away; keeps the last text it got."""
+
+    def __init__(self, port: int) -> None:
+        super().__init__(daemon=True)
+        self.port = port
+        self.last = ""
+
+    def run(self) -> None:
+        while True:
+            try:
+                self.last = scrape(self.port)
+            except OSError:
+                return
+            time.sleep(0.05)

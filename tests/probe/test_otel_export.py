@@ -6,15 +6,12 @@ from __future__ import annotations
 import re
 import threading
 import time
-import urllib.request
 
-import pytest
-from otel_processes import N_REQ, SPANS, run_processes
+from otel_processes import N_REQ, SPANS, Scraper, run_processes, scrape
 from otlp_receiver import Receiver, attrs
 
 from fdprof import probe
 from fdprof import settings as env
-from fdprof.errors import FdprofError
 from fdprof.probe.otel_export import OtelExportObserver, observers_for
 
 
@@ -84,11 +81,6 @@ def test_spans_resources_links_and_metrics_over_otlp(tmp_path, impl, monkeypatch
     assert 'fd_lock_wait_seconds_count{dp_rank="0",holder="worker",kv_lock="ipc"' in text
 
 
-def scrape(port: int, accept: str = "text/plain") -> str:
-    req = urllib.request.Request(f"http://127.0.0.1:{port}/metrics", headers={"Accept": accept})
-    return urllib.request.urlopen(req, timeout=30).read().decode()
-
-
 def _scrape_once_tailed(obs, last: str, timeout_s: float = 60.0) -> str:
     """A scrape taken once the tailer has built every span and metered the last one (``last``
     is in the text): a loaded machine may take seconds to catch up."""
@@ -155,30 +147,13 @@ def test_slow_collector_drops_instead_of_blocking(tmp_path, monkeypatch):
     assert stats["spans_exported"] + stats["spans_dropped"] == stats["spans_built"] == SPANS
 
 
-class _Scraper(threading.Thread):
-    """A scraper polling the endpoint until it goes away; keeps the last text it got."""
-
-    def __init__(self, port: int) -> None:
-        super().__init__(daemon=True)
-        self.port = port
-        self.last = ""
-
-    def run(self) -> None:
-        while True:
-            try:
-                self.last = scrape(self.port)
-            except OSError:
-                return
-            time.sleep(0.05)
-
-
 def test_a_collecting_scraper_gets_the_final_counts(tmp_path):
     """Tailing only at stop (an hour between polls), every count reaches the endpoint after
     the run; stop() holds the endpoint open until the scraper has taken them."""
     config = probe.ProbeConfig(run_dir=str(tmp_path), metrics_port=0)
     obs = OtelExportObserver(config, env.otel(), prometheus_port=config.metrics_port, poll_s=3600)
     run_processes(tmp_path, [obs])
-    scraper = _Scraper(obs.prometheus.port)
+    scraper = Scraper(obs.prometheus.port)
     scraper.start()
     while not scraper.last:
         time.sleep(0.05)
@@ -187,18 +162,3 @@ def test_a_collecting_scraper_gets_the_final_counts(tmp_path):
     scraper.join(30)
     worker = 'dp_rank="0",kv_lock="unknown",role="worker"'
     assert f"fd_generated_tokens_total{{{worker}}} {3.0 * N_REQ}" in scraper.last
-
-
-def test_settings_from_the_environment(monkeypatch):
-    config = probe.ProbeConfig(run_dir="x")
-    for var in ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"):
-        monkeypatch.delenv(var, raising=False)
-    assert observers_for(config) == []
-    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:1")
-    assert len(observers_for(config)) == 1
-    monkeypatch.setenv("OTEL_SDK_DISABLED", "true")
-    assert observers_for(config) == []
-    monkeypatch.setenv("OTEL_SDK_DISABLED", "false")
-    monkeypatch.setenv("OTEL_BSP_MAX_QUEUE_SIZE", "lots")
-    with pytest.raises(FdprofError, match="OTEL_BSP_MAX_QUEUE_SIZE"):
-        observers_for(config)

@@ -47,7 +47,7 @@ def _replayed(trace) -> list:
     return received
 
 
-def test_replay_sends_the_spans_the_live_export_sent(live_run, tmp_path):
+def test_replay_sends_the_spans_the_live_export_sent(live_run):
     run_dir, live = live_run
     trace = load(run_dir)
     replayed = _replayed(trace)

@@ -20,7 +20,7 @@ import sys
 from typing import Any
 
 from fdprof import semconv as S
-from fdprof.probe import RUN_DIR_ENV
+from fdprof import settings
 
 #: the vLLM releases whose internals the hooks were written against (and tested on)
 SUPPORTED_VLLM = ("0.32.0",)
@@ -28,10 +28,11 @@ SUPPORTED_VLLM = ("0.32.0",)
 
 def register() -> None:
     """The plugin's entry point, called by vLLM's ``load_general_plugins()`` in each process."""
-    if not os.environ.get(RUN_DIR_ENV):
+    run_dir = settings.run_dir()
+    if not run_dir:
         return
     try:
-        _start(os.environ[RUN_DIR_ENV])
+        _start(run_dir)
     except Exception as exc:  # noqa: BLE001 - a broken profiler must not stop vLLM
         print(f"fdprof: vLLM adapter not started, vLLM goes on unrecorded: {exc!r}",
               file=sys.stderr)  # fmt: skip
