@@ -15,7 +15,7 @@ from fdprof.errors import FdprofError
 KV_LOCKS = ("ipc", "ipc-per-thread", "none")
 LOCKED = ("ipc", "ipc-per-thread")
 DEVICES = ("auto", "cpu", "cuda")
-WORKLOADS = ("prefix-swap", "no-swap")
+WORKLOADS = ("prefix-swap", "swap-heavy", "no-swap")
 FAULTS = ("no-wait-swap-in", "free-before-swap-out", "ack-before-copy")
 #: the pre-fdprof switches of the baseline lock, still honoured: FastDeploy PR #6724 names the
 #: environment variable USE_KVCACHE_LOCK and the attribute FD_USE_KVCACHE_LOCK; both work

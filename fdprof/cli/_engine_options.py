@@ -28,7 +28,9 @@ def add_engine_arguments(p: argparse.ArgumentParser, with_lock: bool = True) -> 
         choices=WORKLOADS,
         default="prefix-swap",
         help="prefix-swap (default): shared prefixes and a device pool smaller than the working "
-        "set, so blocks swap both ways every few steps; no-swap: the control",
+        "set, so blocks swap both ways every few steps; swap-heavy: the same requests with a "
+        "device pool half the prefixes' size (swaps all the time, both ways at once); no-swap: "
+        "the control",
     )
     p.add_argument("--requests", type=int, default=48, help="requests to serve (default 48)")
     p.add_argument(
