@@ -81,14 +81,15 @@ class Outcome:
 
 
 def cases(short: bool = False, requests: int | None = None) -> list[Case]:
-    """The suite: every lock mode on both workloads, DP=2 with EP and TP=2 on the heavy one,
-    each over several seeds, and each seeded fault; ``short``: one seed of five cases."""
+    """The suite: every lock mode (and the asynchronous swap-in) on both workloads, DP=2 with
+    EP and TP=2 on the heavy one, each over several seeds, and each seeded fault; ``short``:
+    one seed of five cases."""
     n = requests or (16 if short else 32)
     base = EngineConfig(requests=n, workload="swap-heavy")
     if short:
         return [
             Case("ipc", base.with_(kv_lock="ipc"), (0,)),
-            Case("none", base.with_(kv_lock="none"), (0,)),
+            Case("none async", base.with_(kv_lock="none", swap_in="async"), (0,)),
             Case("dp2-ep ipc", base.with_(kv_lock="ipc", dp=2, ep=True, requests=2 * n), (0,)),
             Case("tp2 ipc", base.with_(kv_lock="ipc", tp=2), (0,)),
             Case("fault no-wait-swap-in", base.with_(fault="no-wait-swap-in"), (0,)),
@@ -98,6 +99,8 @@ def cases(short: bool = False, requests: int | None = None) -> list[Case]:
         for lock in ("ipc", "ipc-per-thread", "none"):
             out.append(Case(f"{lock} {workload}", base.with_(kv_lock=lock, workload=workload),
                             (0, 1, 2)))  # fmt: skip
+        out.append(Case(f"none async {workload}",
+                        base.with_(workload=workload, swap_in="async"), (0, 1, 2)))  # fmt: skip
     for lock in ("ipc", "none"):
         ep = base.with_(kv_lock=lock, dp=2, ep=True, requests=2 * n)  # as many per group
         out.append(Case(f"dp2-ep {lock}", ep, (0, 1)))

@@ -11,7 +11,7 @@ from fdprof.cli import warn
 
 
 def add_engine_arguments(p: argparse.ArgumentParser, with_lock: bool = True) -> None:
-    from engine.config import DEVICES, FAULTS, KV_LOCKS, WORKLOADS
+    from engine.config import DEVICES, FAULTS, KV_LOCKS, SWAP_INS, WORKLOADS
 
     if with_lock:
         p.add_argument(
@@ -54,6 +54,14 @@ def add_engine_arguments(p: argparse.ArgumentParser, with_lock: bool = True) -> 
         "experts split across the DP groups' workers, exchanged by all-to-all; a worker with "
         "no requests keeps joining with empty batches",
     )
+    p.add_argument(
+        "--swap-in",
+        choices=SWAP_INS,
+        default="sync",
+        help="sync (default): admission waits for a request's swap-in, as FastDeploy's "
+        "is_sync=True; async: the request waits in its own state until its swap-in has "
+        "completed while the others keep running (lockless only; ab: the candidate)",
+    )
     p.add_argument("--fault", choices=FAULTS, default=None, help="seed a protocol bug")
     p.add_argument(
         "--fault-delay-ms",
@@ -93,6 +101,7 @@ def engine_config(args: argparse.Namespace, kv_lock: str | None = None):
         dp=args.dp,
         tp=args.tp,
         ep=args.ep,
+        swap_in=args.swap_in,
         fault=args.fault,
         fault_delay_ms=args.fault_delay_ms,
     )
