@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -24,6 +23,7 @@ from engine.config import EngineConfig
 from engine.ipc import SEQ_STRIDE, TracedMutex
 from engine.messages import Fingerprint, SwapTask
 from engine.prefix_cache import Entry, PrefixCache, block_hashes
+from engine.results import SwapStats
 from fdprof import probe
 from fdprof import semconv as S
 from fdprof.probe.context import format_traceparent, trace_id_for
@@ -41,25 +41,6 @@ class Admission:
     check_fps: list[Fingerprint] = field(default_factory=list)
     #: asynchronous swap-ins (task ids) that must complete before the request is scheduled
     pending: set[int] = field(default_factory=set)
-
-
-@dataclass
-class SwapStats:
-    to_cpu: int = 0
-    to_gpu: int = 0
-    blocks: int = 0
-
-    def to_json(self) -> dict[str, int]:
-        return {"to_cpu": self.to_cpu, "to_gpu": self.to_gpu, "blocks": self.blocks}
-
-    @staticmethod
-    def total(parts: Iterable[SwapStats]) -> SwapStats:
-        out = SwapStats()
-        for s in parts:
-            out.to_cpu += s.to_cpu
-            out.to_gpu += s.to_gpu
-            out.blocks += s.blocks
-        return out
 
 
 class SwapPort(Protocol):
