@@ -11,7 +11,7 @@ VLLM_VENV ?= .venv-vllm
 VLLM_PY := $(VLLM_VENV)/bin/python
 VLLM_STAMP := $(VLLM_VENV)/.installed-stamp
 
-.PHONY: demo test lint bench traces clean venv venv-vllm bench-vllm
+.PHONY: demo test lint bench traces clean venv venv-vllm bench-vllm regress
 
 $(STAMP): pyproject.toml $(wildcard setup.py fdprof/*/*.c)
 	$(PYTHON) -m venv $(VENV)
@@ -46,6 +46,11 @@ demo: $(STAMP)
 
 test: $(STAMP) $(SCHEMA_STAMP) $(VLLM_STAMP)
 	FDPROF_VLLM_PYTHON=$(abspath $(VLLM_PY)) $(PY) -m pytest -q
+
+# every lock mode, DP=2 with EP and TP=2, several seeds, two workloads, each seeded fault:
+# no race, no corrupted block, no NaN/Inf, tokens equal to a reference run; a summary table
+regress: $(STAMP)
+	$(PY) -m engine.regress --out out/regress
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

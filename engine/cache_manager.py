@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -22,8 +21,9 @@ from engine import instrument as I
 from engine.allocator import BlockAllocator
 from engine.config import EngineConfig
 from engine.ipc import SEQ_STRIDE, TracedMutex
-from engine.messages import SwapTask
+from engine.messages import Fingerprint, SwapTask
 from engine.prefix_cache import Entry, PrefixCache, block_hashes
+from engine.results import SwapStats
 from fdprof import probe
 from fdprof import semconv as S
 from fdprof.probe.context import format_traceparent, trace_id_for
@@ -38,26 +38,9 @@ class Admission:
     entries: list[Entry]
     cached_tokens: int
     check_blocks: list[int] = field(default_factory=list)
-    check_fps: list[int] = field(default_factory=list)
-
-
-@dataclass
-class SwapStats:
-    to_cpu: int = 0
-    to_gpu: int = 0
-    blocks: int = 0
-
-    def to_json(self) -> dict[str, int]:
-        return {"to_cpu": self.to_cpu, "to_gpu": self.to_gpu, "blocks": self.blocks}
-
-    @staticmethod
-    def total(parts: Iterable[SwapStats]) -> SwapStats:
-        out = SwapStats()
-        for s in parts:
-            out.to_cpu += s.to_cpu
-            out.to_gpu += s.to_gpu
-            out.blocks += s.blocks
-        return out
+    check_fps: list[Fingerprint] = field(default_factory=list)
+    #: asynchronous swap-ins (task ids) that must complete before the request is scheduled
+    pending: set[int] = field(default_factory=set)
 
 
 class SwapPort(Protocol):
@@ -68,6 +51,10 @@ class SwapPort(Protocol):
     def submit(self, task: SwapTask) -> None: ...
 
     def wait(self, task_id: int) -> None: ...
+
+    def done(self, task_id: int) -> bool:
+        """Whether the task has completed, without waiting."""
+        ...
 
 
 class HoldLock(Protocol):
@@ -91,6 +78,8 @@ class CacheManager:
         self._lock = lock
         self._task_ids = itertools.count(rank * SEQ_STRIDE + 1)
         self._want_free = 0
+        #: asynchronous swap-ins in flight: task id -> the entries it brings back
+        self._loading: dict[int, list[Entry]] = {}
 
     # -- the swap itself -------------------------------------------------------------------
     def issue_swap_task(
@@ -136,47 +125,74 @@ class CacheManager:
         self, prompt: list[int], blocks_needed: int, trace_id: bytes, parent: int
     ) -> Admission | None:
         """Blocks for a new request, reusing cached prefix blocks (swapping host ones back in);
-        None when the device pool has no room now."""
+        None when the device pool has no room now. A synchronous swap-in has completed when
+        this returns; an asynchronous one is in :attr:`Admission.pending` until
+        :meth:`poll_loads` sees it done (:meth:`ready`)."""
         bs = self.cfg.block_size
         hashes = block_hashes(prompt, bs, limit=(len(prompt) - 1) // bs)
         with self.mutex:
             matched = self.cache.match(hashes)
-            on_gpu = sum(1 for e in matched if e.gpu is not None)
-            if self.gpu.num_free < blocks_needed - on_gpu:
+            resident = sum(1 for e in matched if e.gpu is not None or e.swapping_in)
+            if self.gpu.num_free < blocks_needed - resident:
                 return None
-            fresh = self.gpu.allocate(blocks_needed - on_gpu)
-            table, swap_in = [], []
+            fresh = iter(self.gpu.allocate(blocks_needed - resident))
+            table, swap_in, pending = [], [], set()
             for e in matched:
                 e.ref += 1
                 self.cache.touch(e)
-                if e.gpu is None:
-                    e.swapping_in = True
-                    swap_in.append((e, fresh.pop()))
-                    table.append(swap_in[-1][1])
-                else:
+                if e.gpu is not None:
                     table.append(e.gpu)
+                elif e.swapping_in:  # another request's asynchronous swap-in: wait for it too
+                    table.append(e.loading_to)
+                    pending.add(e.loading_task)
+                else:
+                    e.swapping_in, e.loading_to = True, next(fresh)
+                    swap_in.append(e)
+                    table.append(e.loading_to)
             table.extend(fresh)
         if swap_in:
-            self.issue_swap_task(
+            skip_wait = self.cfg.fault == "no-wait-swap-in"
+            is_sync = self.cfg.swap_in == "sync" and not skip_wait
+            task = self.issue_swap_task(
                 S.TO_GPU,
-                [dst for _, dst in swap_in],
-                [e.cpu for e, _ in swap_in],
-                [e.fp for e, _ in swap_in],
+                [e.loading_to for e in swap_in],
+                [e.cpu for e in swap_in],
+                [e.fp for e in swap_in],
                 trace_id,
                 parent,
-                is_sync=self.cfg.fault != "no-wait-swap-in",
+                is_sync=is_sync,
             )
-            with self.mutex:
-                for e, dst in swap_in:
-                    self.cpu.free([e.cpu])
-                    e.cpu, e.gpu, e.swapping_in = None, dst, False
+            if is_sync or skip_wait:
+                self._loaded(swap_in)
+            else:
+                for e in swap_in:
+                    e.loading_task = task
+                self._loading[task] = swap_in
+                pending.add(task)
         return Admission(
             table,
             matched,
             len(matched) * bs,
             table[: len(matched)],
             [e.fp for e in matched],
+            pending,
         )
+
+    def _loaded(self, entries: list[Entry]) -> None:
+        """Swapped-in entries are on the device now; their host copies are dropped."""
+        with self.mutex:
+            for e in entries:
+                self.cpu.free([e.cpu])
+                e.cpu, e.gpu, e.swapping_in = None, e.loading_to, False
+
+    def poll_loads(self) -> None:
+        """Finish every asynchronous swap-in the transfer side has completed (no waiting)."""
+        for task in [t for t in self._loading if self._port.done(t)]:
+            self._loaded(self._loading.pop(task))
+
+    def ready(self, adm: Admission) -> bool:
+        """Whether every swap-in the admission waits for has completed (see poll_loads)."""
+        return not any(t in self._loading for t in adm.pending)
 
     def register_filled(self, hashes: list[bytes], blocks: list[int], fps: list[int]) -> list:
         """Cache blocks a request has just filled; returns the entries it now holds."""

@@ -15,7 +15,10 @@ from fdprof.errors import FdprofError
 KV_LOCKS = ("ipc", "ipc-per-thread", "none")
 LOCKED = ("ipc", "ipc-per-thread")
 DEVICES = ("auto", "cpu", "cuda")
-WORKLOADS = ("prefix-swap", "no-swap")
+WORKLOADS = ("prefix-swap", "swap-heavy", "no-swap")
+#: sync: admission waits for a request's swap-in (FastDeploy's is_sync=True); async: the
+#: request waits in its own state while the others run
+SWAP_INS = ("sync", "async")
 FAULTS = ("no-wait-swap-in", "free-before-swap-out", "ack-before-copy")
 #: the pre-fdprof switches of the baseline lock, still honoured: FastDeploy PR #6724 names the
 #: environment variable USE_KVCACHE_LOCK and the attribute FD_USE_KVCACHE_LOCK; both work
@@ -42,6 +45,7 @@ class EngineConfig:
     ep: bool = False
     #: experts each DP group's worker holds under ``ep``
     experts_per_rank: int = 2
+    swap_in: str = "sync"
     fault: str | None = None
     #: ms the transfer process sleeps before a copy; None: 0 without a fault, 150 with one
     fault_delay_ms: float | None = None
@@ -75,6 +79,12 @@ class EngineConfig:
             (self.requests >= 1, "--requests must be at least 1"),
             (self.dp >= 1, "--dp must be at least 1"),
             (self.tp >= 1, "--tp must be at least 1"),
+            (self.swap_in in SWAP_INS, f"--swap-in must be one of {', '.join(SWAP_INS)}"),
+            (
+                self.swap_in == "sync" or not self.locked,
+                "--swap-in async needs --kv-lock none (the baseline holds its lock until a "
+                "swap has completed)",
+            ),
             (
                 not self.ep or self.dp >= 2,
                 "--ep needs --dp 2 or more (experts are split across the DP groups)",

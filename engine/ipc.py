@@ -227,6 +227,8 @@ class TransferPort:
         self._qs = swap_qs
         self._signals = signals
         self._control = control
+        #: task id -> the TP ranks seen done so far (each rank's acquire recorded once)
+        self._done: dict[int, set[int]] = {}
 
     def submit(self, task) -> None:
         p = probe.get()
@@ -237,6 +239,16 @@ class TransferPort:
     def wait(self, task_id: int) -> None:
         for t, signal in enumerate(self._signals):
             signal.wait(tp_seq(task_id, t), self._control)
+
+    def done(self, task_id: int) -> bool:
+        seen = self._done.setdefault(task_id, set())
+        for t, signal in enumerate(self._signals):
+            if t not in seen and signal.done(tp_seq(task_id, t)):
+                seen.add(t)
+        if len(seen) < len(self._signals):
+            return False
+        del self._done[task_id]
+        return True
 
 
 class TracedMutex:

@@ -20,12 +20,18 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Protocol
 
-from engine.cache_manager import SwapStats
 from engine.config import EngineConfig
 from engine.ipc import Control, RunPaths, SwapSignal, create_shm_file, remove_stale
 from engine.process import GroupQueues, ProcessContext, child_environment, child_main
 from engine.reference import REFERENCE_DIR, TOKENS_FILE, compare_tokens, reference_config
-from engine.results import EngineStats, IntegrityStats, ProcessRecord, RunResults, StepLatency
+from engine.results import (
+    EngineStats,
+    IntegrityStats,
+    ProcessRecord,
+    RunResults,
+    StepLatency,
+    SwapStats,
+)
 from engine.workloads import sized_for_workload
 from fdprof.errors import FdprofError
 from fdprof.probe import ProbeConfig

@@ -35,6 +35,9 @@ class Entry:
     last_used: int = 0
     swapping_out: bool = False
     swapping_in: bool = False
+    #: while swapping in: the device block it goes to, and the swap task
+    loading_to: int | None = None
+    loading_task: int | None = None
 
 
 class PrefixCache:

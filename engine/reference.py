@@ -19,7 +19,9 @@ TOKENS_FILE = "tokens.json"
 
 def reference_config(cfg: EngineConfig) -> EngineConfig:
     """``cfg`` without swaps, faults or lock (the lock changes timing, never tokens)."""
-    return cfg.with_(workload="no-swap", fault=None, fault_delay_ms=None, kv_lock="none")
+    return cfg.with_(
+        workload="no-swap", fault=None, fault_delay_ms=None, kv_lock="none", swap_in="sync"
+    )
 
 
 def compare_tokens(

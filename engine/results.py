@@ -5,33 +5,47 @@ processes' records in ``run.json``. Every class has one ``to_json`` (the ``--jso
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
+from typing import TypeVar
 
 import numpy as np
 
-from engine.cache_manager import SwapStats
+C = TypeVar("C", bound="Counts")
 
 
 @dataclass
-class IntegrityStats:
+class Counts:
+    """Counters that add up over processes (every field an int, 0 by default)."""
+
+    @classmethod
+    def total(cls: type[C], parts: Iterable[C]) -> C:
+        out = cls()
+        for part in parts:
+            for f in fields(cls):
+                setattr(out, f.name, getattr(out, f.name) + getattr(part, f.name))
+        return out
+
+    def to_json(self) -> dict[str, int]:
+        return asdict(self)
+
+
+@dataclass
+class SwapStats(Counts):
+    """The swap tasks an engine process issued, and the blocks they moved."""
+
+    to_cpu: int = 0
+    to_gpu: int = 0
+    blocks: int = 0
+
+
+@dataclass
+class IntegrityStats(Counts):
     """What the KV checks found (:mod:`engine.integrity`): blocks compared with their
     fingerprints, those that differed, and non-finite values seen."""
 
     blocks_checked: int = 0
     mismatches: int = 0
     nan: int = 0
-
-    @staticmethod
-    def total(parts: Iterable[IntegrityStats]) -> IntegrityStats:
-        out = IntegrityStats()
-        for s in parts:
-            out.blocks_checked += s.blocks_checked
-            out.mismatches += s.mismatches
-            out.nan += s.nan
-        return out
-
-    def to_json(self) -> dict[str, int]:
-        return asdict(self)
 
 
 @dataclass(frozen=True)

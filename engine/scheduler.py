@@ -3,7 +3,10 @@ plain-data interface as vLLM's v1 scheduler has one.
 
 ``admit()`` takes waiting requests in as the device pool allows (swapping host prefixes back in
 through the cache manager), ``schedule()`` returns the next :class:`Batch` (or None when no
-request is ready), ``update(batch, result)`` applies a :class:`StepResult`. No queue, process
+request is ready), ``update(batch, result)`` applies a :class:`StepResult`. With
+``--swap-in async`` a request whose prefix is coming back from the host waits in its own state
+(``loading``, vLLM's WAITING_FOR_REMOTE_KVS) until its swap-in has completed, while the others
+keep running; synchronously, admission itself waits. No queue, process
 or thread lives here: the server (``engine/server.py``) moves batches and results, and unit
 tests drive the scheduler with results they build by hand. Requests get all their blocks at
 admission, so nothing is ever preempted.
@@ -75,10 +78,16 @@ class Scheduler:
             p.set_int(sid, I.REQUEST_ID, spec.request_id)
             self.waiting.append(Request(spec, trace_id, sid))
         self.running: list[Request] = []
+        #: admitted, waiting for an asynchronous swap-in of their prefix
+        self.loading: list[Request] = []
 
     @property
     def unfinished(self) -> bool:
-        return bool(self.waiting or self.running)
+        return bool(self.waiting or self.running or self.loading)
+
+    @property
+    def admitted(self) -> int:
+        return len(self.running) + len(self.loading)
 
     @property
     def finished(self) -> int:
@@ -87,14 +96,14 @@ class Scheduler:
     def blocks_wanted(self) -> int:
         """Device blocks the next requests that fit in the batch need: the eviction thread keeps
         this many free, so their admission does not wait."""
-        room = self.cfg.max_batch - len(self.running)
+        room = self.cfg.max_batch - self.admitted
         return sum(blocks_for(self.cfg, r.spec) for r in list(self.waiting)[:room])
 
     def admit(self) -> list[int]:
         """Take waiting requests in, first come first served, while the batch has room and the
         device pool has blocks; returns the ids of the requests admitted."""
         admitted = []
-        while self.waiting and len(self.running) < self.cfg.max_batch:
+        while self.waiting and self.admitted < self.cfg.max_batch:
             r = self.waiting[0]
             need = blocks_for(self.cfg, r.spec)
             adm = self.cm.admit(r.spec.prompt, need, r.trace_id, r.span)
@@ -108,12 +117,18 @@ class Scheduler:
             r.num_computed = adm.cached_tokens
             r.num_registered = len(adm.entries)
             r.entries = list(adm.entries)
-            self.running.append(r)
+            (self.loading if adm.pending else self.running).append(r)
             admitted.append(r.spec.request_id)
         return admitted
 
     def schedule(self) -> Batch | None:
-        """The next step's batch: every running request's uncomputed tokens; None if none."""
+        """The next step's batch: every running request's uncomputed tokens (a request whose
+        swap-in has completed since joins them); None if none."""
+        if self.loading:
+            self.cm.poll_loads()
+            ready = [r for r in self.loading if self.cm.ready(r.adm)]
+            self.loading = [r for r in self.loading if r not in ready]
+            self.running += ready
         if not self.running:
             return None
         p = probe.get()

@@ -149,8 +149,8 @@ def run_steps(
         inflight = sched.schedule()
         if inflight is not None:
             _dispatch(inflight, step_sid, ctx)
-        elif sched.waiting:
-            time.sleep(0.001)  # nothing fits yet: the eviction thread is making room
+        elif sched.waiting or sched.loading:
+            time.sleep(0.001)  # nothing runnable yet: eviction or a swap-in is under way
         eviction.want_free(sched.blocks_wanted())
         p.end(step_sid)
         if inflight is not None:

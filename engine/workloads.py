@@ -2,8 +2,10 @@
 
 ``prefix-swap`` draws each request's prompt from a few long shared prefixes plus a short unique
 suffix; the prefixes together outgrow the device pool, so cached prefix blocks are evicted to the
-host pool and swapped back in when a later request matches them. ``no-swap`` is the control: the
-same requests with a device pool large enough that nothing is ever evicted.
+host pool and swapped back in when a later request matches them. ``swap-heavy``: the same
+requests with a device pool half the prefixes' size, so evictions and swap-ins run all
+the time, often both at once. ``no-swap`` is the control (and the reference run): the same
+requests with a device pool large enough that nothing is ever evicted.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ from engine.config import EngineConfig
 
 PREFIXES = 12
 PREFIX_BLOCKS = 4
+#: the device pool of ``swap-heavy``: room for a few requests and a few prefixes at a time
+SWAP_HEAVY_GPU_BLOCKS = 24
 
 
 @dataclass(frozen=True)
@@ -47,7 +51,10 @@ def blocks_for(cfg: EngineConfig, spec: RequestSpec) -> int:
 
 
 def sized_for_workload(cfg: EngineConfig) -> EngineConfig:
-    """The config the engine really runs: ``no-swap`` gets a device pool nothing is evicted from."""
+    """The config the engine really runs: ``swap-heavy`` a small device pool, ``no-swap`` one
+    nothing is evicted from."""
+    if cfg.workload == "swap-heavy":
+        return cfg.with_(gpu_blocks=min(cfg.gpu_blocks, SWAP_HEAVY_GPU_BLOCKS))
     if cfg.workload != "no-swap":
         return cfg
     need = PREFIXES * PREFIX_BLOCKS + sum(

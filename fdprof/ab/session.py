@@ -278,6 +278,12 @@ def lock_arms(config, capture: CapturePlan | None = None) -> tuple[EngineArm, En
     without it, on the same workload and seeds."""
     capture = capture or CapturePlan(workload=config.workload)
     return (
-        EngineArm(BASELINE, "baseline (lock)", replace(config, kv_lock="ipc"), capture, True),
+        EngineArm(
+            BASELINE,
+            "baseline (lock)",
+            replace(config, kv_lock="ipc", swap_in="sync"),
+            capture,
+            True,
+        ),
         EngineArm(CANDIDATE, "lockless", replace(config, kv_lock="none"), capture),
     )

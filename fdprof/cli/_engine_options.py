@@ -11,7 +11,7 @@ from fdprof.cli import warn
 
 
 def add_engine_arguments(p: argparse.ArgumentParser, with_lock: bool = True) -> None:
-    from engine.config import DEVICES, FAULTS, KV_LOCKS, WORKLOADS
+    from engine.config import DEVICES, FAULTS, KV_LOCKS, SWAP_INS, WORKLOADS
 
     if with_lock:
         p.add_argument(
@@ -28,7 +28,9 @@ def add_engine_arguments(p: argparse.ArgumentParser, with_lock: bool = True) -> 
         choices=WORKLOADS,
         default="prefix-swap",
         help="prefix-swap (default): shared prefixes and a device pool smaller than the working "
-        "set, so blocks swap both ways every few steps; no-swap: the control",
+        "set, so blocks swap both ways every few steps; swap-heavy: the same requests with a "
+        "device pool half the prefixes' size (swaps all the time, both ways at once); no-swap: "
+        "the control",
     )
     p.add_argument("--requests", type=int, default=48, help="requests to serve (default 48)")
     p.add_argument(
@@ -51,6 +53,14 @@ def add_engine_arguments(p: argparse.ArgumentParser, with_lock: bool = True) -> 
         help="expert parallelism (needs --dp 2 or more): the decoder's MLP becomes a mixture of "
         "experts split across the DP groups' workers, exchanged by all-to-all; a worker with "
         "no requests keeps joining with empty batches",
+    )
+    p.add_argument(
+        "--swap-in",
+        choices=SWAP_INS,
+        default="sync",
+        help="sync (default): admission waits for a request's swap-in, as FastDeploy's "
+        "is_sync=True; async: the request waits in its own state until its swap-in has "
+        "completed while the others keep running (lockless only; ab: the candidate)",
     )
     p.add_argument("--fault", choices=FAULTS, default=None, help="seed a protocol bug")
     p.add_argument(
@@ -91,6 +101,7 @@ def engine_config(args: argparse.Namespace, kv_lock: str | None = None):
         dp=args.dp,
         tp=args.tp,
         ep=args.ep,
+        swap_in=args.swap_in,
         fault=args.fault,
         fault_delay_ms=args.fault_delay_ms,
     )

@@ -35,3 +35,10 @@ def test_explicit_flag_wins_over_env():
 def test_bad_settings_are_one_line_errors(bad):
     with pytest.raises(FdprofError):
         EngineConfig(**bad)
+
+
+def test_async_swap_in_is_for_the_lockless_engine_only():
+    assert EngineConfig(swap_in="async").swap_in == "async"
+    for lock in ("ipc", "ipc-per-thread"):
+        with pytest.raises(FdprofError, match="--swap-in async needs --kv-lock none"):
+            EngineConfig(kv_lock=lock, swap_in="async")

@@ -21,12 +21,17 @@ class RecordingPort:
     def __init__(self) -> None:
         self.tasks: list[SwapTask] = []
         self.waited: list[int] = []
+        #: tasks an asynchronous poll sees done (the test completes them)
+        self.completed: set[int] = set()
 
     def submit(self, task: SwapTask) -> None:
         self.tasks.append(task)
 
     def wait(self, task_id: int) -> None:
         self.waited.append(task_id)
+
+    def done(self, task_id: int) -> bool:
+        return task_id in self.completed
 
 
 def engine(specs, cfg=CFG):
@@ -147,3 +152,32 @@ def test_a_request_that_does_not_fit_waits_for_eviction_once():
     later = Scheduler(small, 0, [RequestSpec(1, [5] * 9, 1)], cm, wait_for_room=evict)
     assert later.admit() == [1]  # needs 3: evicted 2 to the host, then fitted
     assert asked == [3] and port.tasks[-1].direction == S.TO_CPU
+
+
+def test_an_async_swap_in_waits_in_its_own_state_while_others_run():
+    """vLLM's asynchronous KV loading: the request whose prefix comes back from the host is not
+    scheduled until its swap-in has completed; a request that needs no swap runs meanwhile,
+    and one that matches the same prefix waits for the same swap-in."""
+    cfg = CFG.with_(swap_in="async", max_batch=4)
+    sched, cm, port = engine([RequestSpec(0, PREFIX + [1], 1)], cfg)
+    serve(sched)
+    cm.want_free(cfg.gpu_blocks)
+    assert cm.evict_once()  # the prefix is on the host only now
+    specs = [RequestSpec(1, PREFIX + [2], 2), RequestSpec(2, [9] * 6, 3),
+             RequestSpec(3, PREFIX + [3], 2)]  # fmt: skip
+    later = Scheduler(cfg, 0, specs, cm)
+    assert later.admit() == [1, 2, 3]
+    (swap_in,) = [t for t in port.tasks if t.direction == S.TO_GPU]
+    assert swap_in.task_id not in port.waited  # admission did not wait
+    assert [r.spec.request_id for r in later.loading] == [1, 3]  # 3 shares 1's swap-in
+    first = later.schedule()
+    assert [s.request_id for s in first.seqs] == [2]  # the others keep running
+    later.update(first, answer(first))
+    second = later.schedule()
+    assert [s.request_id for s in second.seqs] == [2]
+    later.update(second, answer(second))
+    port.completed.add(swap_in.task_id)
+    b = later.schedule()
+    assert [s.request_id for s in b.seqs] == [2, 1, 3]
+    assert b.seqs[1].block_table[:2] == b.seqs[2].block_table[:2] == swap_in.gpu_blocks
+    assert cm.cpu.num_free == cfg.cpu_blocks  # host copies dropped once the load was seen
