@@ -56,7 +56,7 @@ def steps(trace: Trace, step_name: str | None = None) -> pd.DataFrame:
     without it, the ``step`` spans, else each ``fd.step`` id's extent, else the PyTorch
     profiler's ``ProfilerStep#N`` spans (step N)."""
     spans = require(trace.spans, "spans", STEP_NEEDS)
-    spans = spans[spans["end"] != -1]
+    spans = spans[(spans["end"] != -1) & ~spans["span_id"].isin(projections(trace))]
     names = spans["name"].astype(str)
     profiler = names.str.match(PROFILER_STEP.pattern)
     if step_name:
@@ -145,6 +145,12 @@ def step_breakdown(
     return out
 
 
+def projections(trace: Trace) -> pd.Index:
+    """Span ids of NVTX ranges projected onto the device work they launched (Nsight): they
+    repeat their range on a device lane, neither a step nor device work of their own."""
+    return trace.attr(S.NVTX_GPU_OPS).index
+
+
 def _on_device(spans: pd.DataFrame) -> pd.Series:
     return spans["lane"].str.contains(S.DEVICE_LANE_PATTERN).fillna(False).astype(bool)
 
@@ -170,7 +176,7 @@ def device_kind(trace: Trace, spans: pd.DataFrame) -> pd.Series:
         kind = np.where((given == "gpu_memcpy") | (given == "memcpy"), "memcpy", kind)
         kind = np.where((given == "gpu_memset") | (given == "memset"), "memset", kind)
     kind = kind.astype(object)
-    kind[np.isin(cat, DEVICE_ANNOTATION_CATS)] = None
+    kind[np.isin(cat, DEVICE_ANNOTATION_CATS) | ids.isin(projections(trace)).to_numpy()] = None
     return pd.Series(kind, index=spans.index)
 
 
