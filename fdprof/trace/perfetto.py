@@ -22,6 +22,8 @@ from typing import TextIO
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from fdprof.trace import chrome as K
 from fdprof.trace import conventions as C
@@ -47,7 +49,8 @@ def _open(path: Path) -> TextIO:
 
 def args_text(attrs: Attrs, skip: tuple[str, ...] = ()) -> dict[int, str]:
     """Per span id, its attributes as JSON object members (each value's JSON text), but for
-    the keys in ``skip``."""
+    the keys in ``skip``: the members of all keys sorted by span id once and joined a span at a
+    time (a pandas group-by-join made a Series per span: most of a conversion's time)."""
     ids: list[np.ndarray] = []
     members: list[str] = []
     for key, column in attrs.items():
@@ -58,8 +61,14 @@ def args_text(attrs: Attrs, skip: tuple[str, ...] = ()) -> dict[int, str]:
         members.extend([f"{name}:{text}" for text in column.json()])
     if not ids:
         return {}
-    grouped = pd.Series(members).groupby(np.concatenate(ids)).agg(",".join)
-    return dict(zip(grouped.index.tolist(), grouped.tolist(), strict=True))
+    span_ids = np.concatenate(ids)
+    order = np.argsort(span_ids, kind="stable")  # a span's keys keep their order
+    span_ids = span_ids[order]
+    ordered = [members[i] for i in order.tolist()]
+    starts = np.flatnonzero(np.r_[True, span_ids[1:] != span_ids[:-1]]).tolist()
+    ends = [*starts[1:], len(ordered)]
+    return {sid: ",".join(ordered[a:b])
+            for sid, a, b in zip(span_ids[starts].tolist(), starts, ends, strict=True)}  # fmt: skip
 
 
 def write(trace: Trace, path: str | Path) -> None:
@@ -137,47 +146,104 @@ def _thread_name(pid: int, tid: int, name: str) -> str:
 
 
 def _spans(emit, spans: pd.DataFrame, attrs: Attrs, tracks: Tracks, role_of) -> None:
-    args_of = args_text(attrs, skip=(K.CAT_ATTR,))
-    cats = attrs.series(K.CAT_ATTR)
-    cat_of = {} if cats.empty else {
-        sid: encode_basestring(c) for sid, c in zip(cats.index.tolist(), cats.tolist(),
-                                                      strict=True) if type(c) is str}  # fmt: skip
-    lanes_default = C.thread_lanes(spans["pid"].to_numpy(), spans["tid"].to_numpy())
-    has_lane_attr = set(attrs.span_ids(C.LANE).tolist())
-    has_role_attr = set(attrs.span_ids(C.ROLE).tolist())
-    cols = ["span_id", "parent_id", "name", "start", "end", "pid", "tid", "lane", "role"]
-    trace_ids = spans["trace_id"].to_numpy(object, na_value=None)
-    track_tid, overlapping = tracks.span_tid, tracks.overlapping
-    for i, (sid, parent, name, start, end, pid, tid, lane, role) in enumerate(rows(spans, cols)):
-        members = [f'"{K.SPAN_ID}":{sid}']
-        if parent:
-            members.append(f'"{K.PARENT_ID}":{parent}')
-        if trace_ids[i] is not None:
-            members.append(f'"{K.TRACE_ID}":{encode_basestring(trace_ids[i])}')
-        track = int(track_tid[i])
-        if track != tid or overlapping[i]:
-            members.append(f'"{K.TRUE_TID}":{tid}')
-        if (lane != lanes_default[i] or overlapping[i]) and sid not in has_lane_attr:
-            members.append(f'"{K.SPAN_LANE}":{encode_basestring(lane)}')
-        if role != role_of.get(pid) and sid not in has_role_attr:
-            members.append(f'"{K.SPAN_ROLE}":{encode_basestring(role)}')
-        extra = args_of.get(sid)
-        if extra:
-            members.append(extra)
-        cat = cat_of.get(sid)
-        head = f'"name":{encode_basestring(name)},' + (f'"cat":{cat},' if cat else "")
-        head += f'"pid":{pid},"tid":{track},"ts":{us(start)}'
-        args = f'"args":{{{",".join(members)}}}'
+    """Every span's event text, built a column at a time in Arrow (a Python f-string per span
+    was most of a conversion's time); the few spans that are not ``X`` slices (never ended,
+    or async) are finished one by one."""
+    n = len(spans)
+    if not n:
+        return
+    sid = spans["span_id"].to_numpy(np.int64)
+    pid = spans["pid"].to_numpy(np.int64)
+    tid = spans["tid"].to_numpy(np.int64)
+    start = spans["start"].to_numpy(np.int64)
+    end = spans["end"].to_numpy(np.int64)
+    parent = spans["parent_id"].to_numpy(np.int64)
+    lane = spans["lane"].to_numpy(object)
+    role = spans["role"].to_numpy(object)
+    track, overlapping = tracks.span_tid, tracks.overlapping
+    own_lane = np.isin(sid, attrs.span_ids(C.LANE))
+    own_role = np.isin(sid, attrs.span_ids(C.ROLE))
+    default_lane = lane != C.thread_lanes(pid, tid)
+    proc_role = pd.Series(pid).map(role_of).to_numpy(object)
+    members = [
+        _join(f'"{K.SPAN_ID}":', _ints(sid)),
+        _opt(parent != 0, f',"{K.PARENT_ID}":', _ints(parent)),
+        _opt(spans["trace_id"].notna().to_numpy(bool), f',"{K.TRACE_ID}":',
+             _json_texts(spans["trace_id"].to_numpy(object, na_value=None))),
+        _opt((track != tid) | overlapping, f',"{K.TRUE_TID}":', _ints(tid)),
+        _opt((default_lane | overlapping) & ~own_lane, f',"{K.SPAN_LANE}":', _json_texts(lane)),
+        _opt((role != proc_role) & ~own_role, f',"{K.SPAN_ROLE}":', _json_texts(role)),
+        _extra(sid, args_text(attrs, skip=(K.CAT_ATTR,))),
+    ]  # fmt: skip
+    args = _join('"args":{', *members, "}")
+    cat = _cats(sid, attrs)
+    head = _join('"name":', _json_texts(spans["name"].to_numpy(object)), ",", cat, '"pid":',
+                 _ints(pid), ',"tid":', _ints(track), ',"ts":', _us_texts(start))  # fmt: skip
+    texts = _join('{"ph":"X",', head, ',"dur":', _us_texts(np.maximum(end - start, 0)), ",",
+                  args, "}").to_pylist()  # fmt: skip
+    special = np.flatnonzero(overlapping | (end < 0)).tolist()
+    at = pa.array(special, pa.int64())
+    heads, argss = head.take(at).to_pylist(), args.take(at).to_pylist()
+    for k, i in enumerate(special):
         if overlapping[i]:  # an async slice: viewers pack these instead of dropping them
-            ident = f'"id":"0x{sid & MASK64:x}"'
-            emit(f'{{"ph":"b",{head},{ident},{args}}}')
-            if end >= 0:
-                close = head.rsplit('"ts":', 1)[0] + f'"ts":{us(end)}'
-                emit(f'{{"ph":"e",{close},{ident}}}')
-        elif end < 0:
-            emit(f'{{"ph":"B",{head},{args}}}')
+            ident = f'"id":"0x{int(sid[i]) & MASK64:x}"'
+            texts[i] = f'{{"ph":"b",{heads[k]},{ident},{argss[k]}}}'
+            if end[i] >= 0:
+                close = heads[k].rsplit('"ts":', 1)[0] + f'"ts":{us(int(end[i]))}'
+                texts[i] += f',\n{{"ph":"e",{close},{ident}}}'
         else:
-            emit(f'{{"ph":"X",{head},"dur":{us(end - start)},{args}}}')
+            texts[i] = f'{{"ph":"B",{heads[k]},{argss[k]}}}'
+    for lo in range(0, n, 8192):
+        emit(",\n".join(texts[lo : lo + 8192]))
+
+
+def _join(*parts) -> pa.Array:
+    """Arrow strings concatenated element-wise (a ``str`` part is the same for every row)."""
+    return pc.binary_join_element_wise(*parts, "")
+
+
+def _ints(values: np.ndarray) -> pa.Array:
+    return pc.cast(pa.array(values), pa.string())
+
+
+def _opt(mask: np.ndarray, prefix: str, values: pa.Array) -> pa.Array:
+    """``prefix + value`` where ``mask``, else nothing."""
+    return pc.if_else(pa.array(mask), _join(prefix, values), "")
+
+
+def _json_texts(values: np.ndarray) -> pa.Array:
+    """Each string as its JSON text (each distinct one encoded once); ``""`` for None."""
+    codes, uniques = pd.factorize(values)
+    texts = pa.array([encode_basestring(str(u)) for u in uniques] + [""], pa.string())
+    return texts.take(pa.array(np.where(codes < 0, len(uniques), codes)))
+
+
+def _us_texts(ns: np.ndarray) -> pa.Array:
+    """:func:`us` of every value."""
+    whole, frac = np.divmod(np.abs(ns), 1000)
+    text = _ints(whole)
+    dotted = _join(text, ".", pc.utf8_lpad(_ints(frac), 3, "0"))
+    text = pc.if_else(pa.array(frac != 0), dotted, text)
+    return pc.if_else(pa.array(ns < 0), _join("-", text), text)
+
+
+def _extra(sid: np.ndarray, args_of: dict[int, str]) -> pa.Array:
+    """``,<attributes>`` of each span that has any."""
+    texts = pd.Series(args_of, dtype=object).reindex(sid).to_numpy(object) if args_of else None
+    if texts is None:
+        return pa.array([""] * len(sid), pa.string())
+    have = ~pd.isna(texts)
+    return _opt(have, ",", pa.array(np.where(have, texts, ""), pa.string()))
+
+
+def _cats(sid: np.ndarray, attrs: Attrs) -> pa.Array:
+    """``"cat":<its chrome.cat>,`` of each span that has a string one."""
+    cats = attrs.series(K.CAT_ATTR)
+    cats = cats[[type(c) is str for c in cats]] if not cats.empty else cats
+    values = cats.reindex(sid).astype(object).to_numpy() if len(cats) else np.full(len(sid), None)
+    have = ~pd.isna(values)
+    texts = _json_texts(np.where(have, values, None))
+    return _opt(have, '"cat":', _join(texts, ","))
 
 
 def _syncs(emit, syncs: pd.DataFrame, lane_tracks: dict, names: dict, span_track: dict) -> None:
