@@ -25,12 +25,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from fdprof import progress
 from fdprof import semconv as S
 from fdprof.errors import FdprofError
 from fdprof.trace import conventions as C
 from fdprof.trace.assemble import assemble
 from fdprof.trace.attrs import AttrsBuilder, small_tail
-from fdprof.trace.jsonstream import Stream, open_text, plain
+from fdprof.trace.jsonstream import Stream, open_text, plain, raw_position
 from fdprof.trace.model import Trace
 
 #: PyTorch-profiler categories of work that runs on a GPU stream
@@ -368,7 +369,7 @@ def read(path: Path) -> Trace:
     trace = Trace(meta={"format": "chrome", "path": str(path)})
     b = _Builder()
     first = last = 0
-    with open_text(path) as f:
+    with open_text(path) as f, progress.bar(path.stat().st_size, f"reading {path.name}") as shown:
         stream = Stream(f, str(path))
         try:
             for events in _batches(stream, trace.meta):
@@ -377,6 +378,7 @@ def read(path: Path) -> Trace:
                     last = first + len(part) - 1
                     b.batch(part)
                     first += len(part)
+                shown.update(raw_position(f) - shown.n)
         except (TypeError, ValueError, KeyError, ArithmeticError) as exc:
             what = f"missing {exc}" if isinstance(exc, KeyError) else str(exc)
             raise FdprofError(f"{path}: events {first}-{last}: {what}") from None

@@ -53,6 +53,14 @@ def open_text(path: Path) -> TextIO:
     return io.TextIOWrapper(raw, encoding="utf-8")
 
 
+def raw_position(f: TextIO) -> int:
+    """How many bytes of the file under ``open_text``'s stream have been read (compressed
+    bytes for gzip): what a progress bar over the file's size counts."""
+    raw = f.buffer
+    raw = getattr(raw, "fileobj", raw)
+    return raw.tell()
+
+
 def plain(value: Any) -> Any:
     """``value`` with every Decimal turned into a float (attribute values keep JSON's types)."""
     if isinstance(value, Decimal):

@@ -25,9 +25,10 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from fdprof import progress
 from fdprof.trace import chrome as K
 from fdprof.trace import conventions as C
-from fdprof.trace.attrs import Attrs
+from fdprof.trace.attrs import STR, Attrs
 from fdprof.trace.model import Trace, rows
 from fdprof.trace.tracks import SYNTHETIC_TID, Tracks, assign
 
@@ -47,28 +48,29 @@ def _open(path: Path) -> TextIO:
     return path.open("w", encoding="utf-8")
 
 
-def args_text(attrs: Attrs, skip: tuple[str, ...] = ()) -> dict[int, str]:
-    """Per span id, its attributes as JSON object members (each value's JSON text), but for
-    the keys in ``skip``: the members of all keys sorted by span id once and joined a span at a
-    time (a pandas group-by-join made a Series per span: most of a conversion's time)."""
+def args_text(attrs: Attrs, skip: tuple[str, ...] = ()) -> tuple[np.ndarray, pa.Array]:
+    """The span ids that have attributes (sorted) and, for each, its attributes as JSON
+    object members (each value's JSON text), but for the keys in ``skip``: every key's members
+    sorted by span id once and joined a span at a time in Arrow (a pandas group-by-join made a
+    Series per span: most of a conversion's time)."""
     ids: list[np.ndarray] = []
-    members: list[str] = []
+    members: list[pa.Array] = []
     for key, column in attrs.items():
         if key in skip:
             continue
-        name = encode_basestring(key)
         ids.append(column.span_id)
-        members.extend([f"{name}:{text}" for text in column.json()])
+        text = column.as_json().values.combine_chunks().cast(pa.string())
+        members.append(_join(f"{encode_basestring(key)}:", text))
     if not ids:
-        return {}
+        return np.zeros(0, np.int64), pa.array([], pa.string())
     span_ids = np.concatenate(ids)
     order = np.argsort(span_ids, kind="stable")  # a span's keys keep their order
     span_ids = span_ids[order]
-    ordered = [members[i] for i in order.tolist()]
-    starts = np.flatnonzero(np.r_[True, span_ids[1:] != span_ids[:-1]]).tolist()
-    ends = [*starts[1:], len(ordered)]
-    return {sid: ",".join(ordered[a:b])
-            for sid, a, b in zip(span_ids[starts].tolist(), starts, ends, strict=True)}  # fmt: skip
+    ordered = pa.concat_arrays(members).take(pa.array(order))
+    starts = np.flatnonzero(np.r_[True, span_ids[1:] != span_ids[:-1]])
+    offsets = pa.array(np.r_[starts, len(span_ids)], pa.int64())
+    joined = pc.binary_join(pa.LargeListArray.from_arrays(offsets, ordered), ",")
+    return span_ids[starts], joined
 
 
 def write(trace: Trace, path: str | Path) -> None:
@@ -193,8 +195,10 @@ def _spans(emit, spans: pd.DataFrame, attrs: Attrs, tracks: Tracks, role_of) -> 
                 texts[i] += f',\n{{"ph":"e",{close},{ident}}}'
         else:
             texts[i] = f'{{"ph":"B",{heads[k]},{argss[k]}}}'
-    for lo in range(0, n, 8192):
-        emit(",\n".join(texts[lo : lo + 8192]))
+    with progress.bar(n, "writing spans", "span") as shown:
+        for lo in range(0, n, 8192):
+            emit(",\n".join(texts[lo : lo + 8192]))
+            shown.update(min(8192, n - lo))
 
 
 def _join(*parts) -> pa.Array:
@@ -227,23 +231,28 @@ def _us_texts(ns: np.ndarray) -> pa.Array:
     return pc.if_else(pa.array(ns < 0), _join("-", text), text)
 
 
-def _extra(sid: np.ndarray, args_of: dict[int, str]) -> pa.Array:
+def _extra(sid: np.ndarray, args: tuple[np.ndarray, pa.Array]) -> pa.Array:
     """``,<attributes>`` of each span that has any."""
-    texts = pd.Series(args_of, dtype=object).reindex(sid).to_numpy(object) if args_of else None
-    if texts is None:
+    ids, texts = args
+    if not len(ids):
         return pa.array([""] * len(sid), pa.string())
-    have = ~pd.isna(texts)
-    return _opt(have, ",", pa.array(np.where(have, texts, ""), pa.string()))
+    pos = pd.Index(ids).get_indexer(sid)
+    found = pos >= 0
+    text = texts.take(pa.array(np.where(found, pos, 0))).cast(pa.string())
+    return _opt(found, ",", text)
 
 
 def _cats(sid: np.ndarray, attrs: Attrs) -> pa.Array:
     """``"cat":<its chrome.cat>,`` of each span that has a string one."""
-    cats = attrs.series(K.CAT_ATTR)
-    cats = cats[[type(c) is str for c in cats]] if not cats.empty else cats
-    values = cats.reindex(sid).astype(object).to_numpy() if len(cats) else np.full(len(sid), None)
-    have = ~pd.isna(values)
-    texts = _json_texts(np.where(have, values, None))
-    return _opt(have, '"cat":', _join(texts, ","))
+    column = attrs.column(K.CAT_ATTR)
+    if column is None:
+        return pa.array([""] * len(sid), pa.string())
+    values = column.values.to_pylist() if column.kind == STR else column.python()
+    strings = {i: v for i, v in zip(column.span_id.tolist(), values, strict=True)
+               if type(v) is str}  # fmt: skip
+    cats = pd.Series(strings, dtype=object).reindex(sid).to_numpy(object)
+    have = ~pd.isna(cats)
+    return _opt(have, '"cat":', _join(_json_texts(np.where(have, cats, None)), ","))
 
 
 def _syncs(emit, syncs: pd.DataFrame, lane_tracks: dict, names: dict, span_track: dict) -> None:
@@ -296,11 +305,20 @@ def _flows(emit, flows: pd.DataFrame, span_track: dict) -> None:
     """Each flow event as a flow event (start ``s`` for a release, end ``f`` for an acquire)
     of its own category and id, on the track of the slice it is bound to, naming that slice
     (``sync.span``) so the reader binds it back to the same one."""
-    cols = ["op", "obj", "seq", "time", "pid", "tid", "span_id"]
-    for op, obj, seq, t, pid, tid, span in rows(flows, cols):
-        cat = encode_basestring(obj[len(K.FLOW_OBJ) :])
-        ph, bp = ("s", "") if op == "release" else ("f", ',"bp":"e"')
-        track = span_track.get(span, tid)
-        bound = f',"{K.SYNC_SPAN}":{span}' if span else ""
-        emit(f'{{"ph":"{ph}","cat":{cat},"name":{cat},"id":{seq},"pid":{pid},"tid":{track},'
-             f'"ts":{us(t)}{bp},"args":{{"{K.TRUE_TID}":{tid}{bound}}}}}')  # fmt: skip
+    if flows.empty:
+        return
+    span = flows["span_id"].to_numpy(np.int64)
+    tid = flows["tid"].to_numpy(np.int64)
+    track = pd.Series(span).map(span_track).fillna(pd.Series(tid)).to_numpy(np.int64)
+    cat = _json_texts(flows["obj"].str.slice(len(K.FLOW_OBJ)).to_numpy(object))
+    release = (flows["op"] == "release").to_numpy(bool)
+    texts = _join(
+        pc.if_else(pa.array(release), '{"ph":"s","cat":', '{"ph":"f","cat":'), cat, ',"name":',
+        cat, ',"id":', _ints(flows["seq"].to_numpy(np.int64)), ',"pid":',
+        _ints(flows["pid"].to_numpy(np.int64)), ',"tid":', _ints(track), ',"ts":',
+        _us_texts(flows["time"].to_numpy(np.int64)),
+        pc.if_else(pa.array(release), "", ',"bp":"e"'), f',"args":{{"{K.TRUE_TID}":', _ints(tid),
+        _opt(span != 0, f',"{K.SYNC_SPAN}":', _ints(span)), "}}",
+    ).to_pylist()  # fmt: skip
+    for lo in range(0, len(texts), 8192):
+        emit(",\n".join(texts[lo : lo + 8192]))
