@@ -52,7 +52,7 @@ def without_projections(trace: Trace, spans: pd.DataFrame) -> pd.DataFrame:
     """``spans`` less the NVTX ranges' projections onto the device (``nvtx.gpu_ops``): each
     repeats its range's name and covers device work that has spans of its own, so counting it
     would make a second step of every step range and count its kernels twice."""
-    return spans[~spans["span_id"].isin(trace.attr(S.NVTX_GPU_OPS).index)]
+    return spans[~spans["span_id"].isin(projections(trace))]
 
 
 def steps(trace: Trace, step_name: str | None = None) -> pd.DataFrame:
@@ -62,8 +62,8 @@ def steps(trace: Trace, step_name: str | None = None) -> pd.DataFrame:
     Steps are the spans named ``step_name`` (or starting with it, e.g. ``ProfilerStep#``);
     without it, the ``step`` spans, else each ``fd.step`` id's extent, else the PyTorch
     profiler's ``ProfilerStep#N`` spans (step N)."""
-    spans = without_projections(trace, require(trace.spans, "spans", STEP_NEEDS))
-    spans = spans[spans["end"] != -1]
+    spans = require(trace.spans, "spans", STEP_NEEDS)
+    spans = spans[(spans["end"] != -1) & ~spans["span_id"].isin(projections(trace))]
     names = spans["name"].astype(str)
     profiler = names.str.match(PROFILER_STEP.pattern)
     if step_name:
@@ -152,6 +152,12 @@ def step_breakdown(
     return out
 
 
+def projections(trace: Trace) -> pd.Index:
+    """Span ids of NVTX ranges projected onto the device work they launched (Nsight): they
+    repeat their range on a device lane, neither a step nor device work of their own."""
+    return trace.attr(S.NVTX_GPU_OPS).index
+
+
 def _on_device(spans: pd.DataFrame) -> pd.Series:
     return spans["lane"].str.contains(S.DEVICE_LANE_PATTERN).fillna(False).astype(bool)
 
@@ -180,7 +186,11 @@ def device_kind(trace: Trace, spans: pd.DataFrame) -> pd.Series:
         kind = np.where((given == "gpu_memset") | (given == "memset"), "memset", kind)
     kind = np.where(names.isin(S.DEVICE_SWAP_SPANS), "memcpy", kind)  # our streams' copies
     kind = kind.astype(object)
-    kind[np.isin(cat, DEVICE_ANNOTATION_CATS) | names.isin(S.DEVICE_MARKER_SPANS)] = None
+    kind[
+        np.isin(cat, DEVICE_ANNOTATION_CATS)
+        | names.isin(S.DEVICE_MARKER_SPANS)
+        | ids.isin(projections(trace)).to_numpy()
+    ] = None
     return pd.Series(kind, index=spans.index)
 
 

@@ -158,6 +158,10 @@ class Column:
             text = pc.cast(self.values, pa.string())
         elif self.kind == INTS:
             text = int_lists_json(self.values)
+        elif self.kind == STR:  # each distinct string encoded once (names repeat)
+            encoded = pc.dictionary_encode(self.values).combine_chunks()
+            words = [to_json(v) for v in encoded.dictionary.to_pylist()]
+            text = pa.array(words, pa.string()).take(encoded.indices)
         else:
             text = pa.array([to_json(v) for v in self.values.to_pylist()], pa.string())
         return Column(JSON, self.span_id, _chunked(text, JSON))

@@ -25,13 +25,14 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from fdprof import progress
 from fdprof import semconv as S
 from fdprof.errors import FdprofError, short
 from fdprof.trace import conventions as C
 from fdprof.trace import limits
 from fdprof.trace.assemble import assemble
 from fdprof.trace.attrs import AttrsBuilder, small_tail
-from fdprof.trace.jsonstream import Stream, open_text, plain
+from fdprof.trace.jsonstream import Stream, open_text, plain, raw_position
 from fdprof.trace.model import Trace
 
 #: PyTorch-profiler categories of work that runs on a GPU stream
@@ -452,7 +453,7 @@ def read(path: Path) -> Trace:
     trace = Trace(meta={"format": "chrome", "path": str(path)})
     b = _Builder()
     first = last = 0
-    with open_text(path) as f:
+    with open_text(path) as f, progress.bar(path.stat().st_size, f"reading {path.name}") as shown:
         stream = Stream(f, str(path))
         for events in _batches(stream, trace.meta):
             for lo in range(0, len(events), BATCH):
@@ -468,6 +469,7 @@ def read(path: Path) -> Trace:
                 except FdprofError as exc:  # a limit: said where
                     raise FdprofError(f"{path}: events {first}-{last}: {exc}") from None
                 first += len(part)
+            shown.update(raw_position(f) - shown.n)
     return _finish(trace, b)
 
 

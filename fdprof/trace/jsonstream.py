@@ -109,10 +109,22 @@ class _Inflated(io.RawIOBase):
             )
         return n
 
+    @property
+    def compressed(self) -> BinaryIO:
+        """The gzip file itself: where a progress bar counts bytes."""
+        return self._raw
+
     def close(self) -> None:
         self._gz.close()
         self._raw.close()
         super().close()
+
+
+def raw_position(f: TextIO) -> int:
+    """How many bytes of the file under ``open_text``'s stream have been read (compressed
+    bytes for gzip): what a progress bar over the file's size counts."""
+    raw = getattr(f.buffer, "raw", f.buffer)  # the gzip reader or the file
+    return getattr(raw, "compressed", raw).tell()
 
 
 def plain(value: Any) -> Any:

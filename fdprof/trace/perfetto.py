@@ -22,10 +22,13 @@ from typing import TextIO
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
 
+from fdprof import progress
 from fdprof.trace import chrome as K
 from fdprof.trace import conventions as C
-from fdprof.trace.attrs import Attrs
+from fdprof.trace.attrs import STR, Attrs
 from fdprof.trace.model import Trace, rows
 from fdprof.trace.tracks import SYNTHETIC_TID, Tracks, assign
 
@@ -45,21 +48,29 @@ def _open(path: Path) -> TextIO:
     return path.open("w", encoding="utf-8")
 
 
-def args_text(attrs: Attrs, skip: tuple[str, ...] = ()) -> dict[int, str]:
-    """Per span id, its attributes as JSON object members (each value's JSON text), but for
-    the keys in ``skip``."""
+def args_text(attrs: Attrs, skip: tuple[str, ...] = ()) -> tuple[np.ndarray, pa.Array]:
+    """The span ids that have attributes (sorted) and, for each, its attributes as JSON
+    object members (each value's JSON text), but for the keys in ``skip``: every key's members
+    sorted by span id once and joined a span at a time in Arrow (a pandas group-by-join made a
+    Series per span: most of a conversion's time)."""
     ids: list[np.ndarray] = []
-    members: list[str] = []
+    members: list[pa.Array] = []
     for key, column in attrs.items():
         if key in skip:
             continue
-        name = encode_basestring(key)
         ids.append(column.span_id)
-        members.extend([f"{name}:{text}" for text in column.json()])
+        text = column.as_json().values.combine_chunks().cast(pa.string())
+        members.append(_join(f"{encode_basestring(key)}:", text))
     if not ids:
-        return {}
-    grouped = pd.Series(members).groupby(np.concatenate(ids)).agg(",".join)
-    return dict(zip(grouped.index.tolist(), grouped.tolist(), strict=True))
+        return np.zeros(0, np.int64), pa.array([], pa.string())
+    span_ids = np.concatenate(ids)
+    order = np.argsort(span_ids, kind="stable")  # a span's keys keep their order
+    span_ids = span_ids[order]
+    ordered = pa.concat_arrays(members).take(pa.array(order))
+    starts = np.flatnonzero(np.r_[True, span_ids[1:] != span_ids[:-1]])
+    offsets = pa.array(np.r_[starts, len(span_ids)], pa.int64())
+    joined = pc.binary_join(pa.LargeListArray.from_arrays(offsets, ordered), ",")
+    return span_ids[starts], joined
 
 
 def write(trace: Trace, path: str | Path) -> None:
@@ -137,47 +148,111 @@ def _thread_name(pid: int, tid: int, name: str) -> str:
 
 
 def _spans(emit, spans: pd.DataFrame, attrs: Attrs, tracks: Tracks, role_of) -> None:
-    args_of = args_text(attrs, skip=(K.CAT_ATTR,))
-    cats = attrs.series(K.CAT_ATTR)
-    cat_of = {} if cats.empty else {
-        sid: encode_basestring(c) for sid, c in zip(cats.index.tolist(), cats.tolist(),
-                                                      strict=True) if type(c) is str}  # fmt: skip
-    lanes_default = C.thread_lanes(spans["pid"].to_numpy(), spans["tid"].to_numpy())
-    has_lane_attr = set(attrs.span_ids(C.LANE).tolist())
-    has_role_attr = set(attrs.span_ids(C.ROLE).tolist())
-    cols = ["span_id", "parent_id", "name", "start", "end", "pid", "tid", "lane", "role"]
-    trace_ids = spans["trace_id"].to_numpy(object, na_value=None)
-    track_tid, overlapping = tracks.span_tid, tracks.overlapping
-    for i, (sid, parent, name, start, end, pid, tid, lane, role) in enumerate(rows(spans, cols)):
-        members = [f'"{K.SPAN_ID}":{sid}']
-        if parent:
-            members.append(f'"{K.PARENT_ID}":{parent}')
-        if trace_ids[i] is not None:
-            members.append(f'"{K.TRACE_ID}":{encode_basestring(trace_ids[i])}')
-        track = int(track_tid[i])
-        if track != tid or overlapping[i]:
-            members.append(f'"{K.TRUE_TID}":{tid}')
-        if (lane != lanes_default[i] or overlapping[i]) and sid not in has_lane_attr:
-            members.append(f'"{K.SPAN_LANE}":{encode_basestring(lane)}')
-        if role != role_of.get(pid) and sid not in has_role_attr:
-            members.append(f'"{K.SPAN_ROLE}":{encode_basestring(role)}')
-        extra = args_of.get(sid)
-        if extra:
-            members.append(extra)
-        cat = cat_of.get(sid)
-        head = f'"name":{encode_basestring(name)},' + (f'"cat":{cat},' if cat else "")
-        head += f'"pid":{pid},"tid":{track},"ts":{us(start)}'
-        args = f'"args":{{{",".join(members)}}}'
+    """Every span's event text, built a column at a time in Arrow (a Python f-string per span
+    was most of a conversion's time); the few spans that are not ``X`` slices (never ended,
+    or async) are finished one by one."""
+    n = len(spans)
+    if not n:
+        return
+    sid = spans["span_id"].to_numpy(np.int64)
+    pid = spans["pid"].to_numpy(np.int64)
+    tid = spans["tid"].to_numpy(np.int64)
+    start = spans["start"].to_numpy(np.int64)
+    end = spans["end"].to_numpy(np.int64)
+    parent = spans["parent_id"].to_numpy(np.int64)
+    lane = spans["lane"].to_numpy(object)
+    role = spans["role"].to_numpy(object)
+    track, overlapping = tracks.span_tid, tracks.overlapping
+    own_lane = np.isin(sid, attrs.span_ids(C.LANE))
+    own_role = np.isin(sid, attrs.span_ids(C.ROLE))
+    default_lane = lane != C.thread_lanes(pid, tid)
+    proc_role = pd.Series(pid).map(role_of).to_numpy(object)
+    members = [
+        _join(f'"{K.SPAN_ID}":', _ints(sid)),
+        _opt(parent != 0, f',"{K.PARENT_ID}":', _ints(parent)),
+        _opt(spans["trace_id"].notna().to_numpy(bool), f',"{K.TRACE_ID}":',
+             _json_texts(spans["trace_id"].to_numpy(object, na_value=None))),
+        _opt((track != tid) | overlapping, f',"{K.TRUE_TID}":', _ints(tid)),
+        _opt((default_lane | overlapping) & ~own_lane, f',"{K.SPAN_LANE}":', _json_texts(lane)),
+        _opt((role != proc_role) & ~own_role, f',"{K.SPAN_ROLE}":', _json_texts(role)),
+        _extra(sid, args_text(attrs, skip=(K.CAT_ATTR,))),
+    ]  # fmt: skip
+    args = _join('"args":{', *members, "}")
+    cat = _cats(sid, attrs)
+    head = _join('"name":', _json_texts(spans["name"].to_numpy(object)), ",", cat, '"pid":',
+                 _ints(pid), ',"tid":', _ints(track), ',"ts":', _us_texts(start))  # fmt: skip
+    texts = _join('{"ph":"X",', head, ',"dur":', _us_texts(np.maximum(end - start, 0)), ",",
+                  args, "}").to_pylist()  # fmt: skip
+    special = np.flatnonzero(overlapping | (end < 0)).tolist()
+    at = pa.array(special, pa.int64())
+    heads, argss = head.take(at).to_pylist(), args.take(at).to_pylist()
+    for k, i in enumerate(special):
         if overlapping[i]:  # an async slice: viewers pack these instead of dropping them
-            ident = f'"id":"0x{sid & MASK64:x}"'
-            emit(f'{{"ph":"b",{head},{ident},{args}}}')
-            if end >= 0:
-                close = head.rsplit('"ts":', 1)[0] + f'"ts":{us(end)}'
-                emit(f'{{"ph":"e",{close},{ident}}}')
-        elif end < 0:
-            emit(f'{{"ph":"B",{head},{args}}}')
+            ident = f'"id":"0x{int(sid[i]) & MASK64:x}"'
+            texts[i] = f'{{"ph":"b",{heads[k]},{ident},{argss[k]}}}'
+            if end[i] >= 0:
+                close = heads[k].rsplit('"ts":', 1)[0] + f'"ts":{us(int(end[i]))}'
+                texts[i] += f',\n{{"ph":"e",{close},{ident}}}'
         else:
-            emit(f'{{"ph":"X",{head},"dur":{us(end - start)},{args}}}')
+            texts[i] = f'{{"ph":"B",{heads[k]},{argss[k]}}}'
+    with progress.bar(n, "writing spans", "span") as shown:
+        for lo in range(0, n, 8192):
+            emit(",\n".join(texts[lo : lo + 8192]))
+            shown.update(min(8192, n - lo))
+
+
+def _join(*parts) -> pa.Array:
+    """Arrow strings concatenated element-wise (a ``str`` part is the same for every row)."""
+    return pc.binary_join_element_wise(*parts, "")
+
+
+def _ints(values: np.ndarray) -> pa.Array:
+    return pc.cast(pa.array(values), pa.string())
+
+
+def _opt(mask: np.ndarray, prefix: str, values: pa.Array) -> pa.Array:
+    """``prefix + value`` where ``mask``, else nothing."""
+    return pc.if_else(pa.array(mask), _join(prefix, values), "")
+
+
+def _json_texts(values: np.ndarray) -> pa.Array:
+    """Each string as its JSON text (each distinct one encoded once); ``""`` for None."""
+    codes, uniques = pd.factorize(values)
+    texts = pa.array([encode_basestring(str(u)) for u in uniques] + [""], pa.string())
+    return texts.take(pa.array(np.where(codes < 0, len(uniques), codes)))
+
+
+def _us_texts(ns: np.ndarray) -> pa.Array:
+    """:func:`us` of every value."""
+    whole, frac = np.divmod(np.abs(ns), 1000)
+    text = _ints(whole)
+    dotted = _join(text, ".", pc.utf8_lpad(_ints(frac), 3, "0"))
+    text = pc.if_else(pa.array(frac != 0), dotted, text)
+    return pc.if_else(pa.array(ns < 0), _join("-", text), text)
+
+
+def _extra(sid: np.ndarray, args: tuple[np.ndarray, pa.Array]) -> pa.Array:
+    """``,<attributes>`` of each span that has any."""
+    ids, texts = args
+    if not len(ids):
+        return pa.array([""] * len(sid), pa.string())
+    pos = pd.Index(ids).get_indexer(sid)
+    found = pos >= 0
+    text = texts.take(pa.array(np.where(found, pos, 0))).cast(pa.string())
+    return _opt(found, ",", text)
+
+
+def _cats(sid: np.ndarray, attrs: Attrs) -> pa.Array:
+    """``"cat":<its chrome.cat>,`` of each span that has a string one."""
+    column = attrs.column(K.CAT_ATTR)
+    if column is None:
+        return pa.array([""] * len(sid), pa.string())
+    values = column.values.to_pylist() if column.kind == STR else column.python()
+    strings = {i: v for i, v in zip(column.span_id.tolist(), values, strict=True)
+               if type(v) is str}  # fmt: skip
+    cats = pd.Series(strings, dtype=object).reindex(sid).to_numpy(object)
+    have = ~pd.isna(cats)
+    return _opt(have, '"cat":', _join(_json_texts(np.where(have, cats, None)), ","))
 
 
 def _syncs(emit, syncs: pd.DataFrame, lane_tracks: dict, names: dict, span_track: dict) -> None:
@@ -230,11 +305,20 @@ def _flows(emit, flows: pd.DataFrame, span_track: dict) -> None:
     """Each flow event as a flow event (start ``s`` for a release, end ``f`` for an acquire)
     of its own category and id, on the track of the slice it is bound to, naming that slice
     (``sync.span``) so the reader binds it back to the same one."""
-    cols = ["op", "obj", "seq", "time", "pid", "tid", "span_id"]
-    for op, obj, seq, t, pid, tid, span in rows(flows, cols):
-        cat = encode_basestring(obj[len(K.FLOW_OBJ) :])
-        ph, bp = ("s", "") if op == "release" else ("f", ',"bp":"e"')
-        track = span_track.get(span, tid)
-        bound = f',"{K.SYNC_SPAN}":{span}' if span else ""
-        emit(f'{{"ph":"{ph}","cat":{cat},"name":{cat},"id":{seq},"pid":{pid},"tid":{track},'
-             f'"ts":{us(t)}{bp},"args":{{"{K.TRUE_TID}":{tid}{bound}}}}}')  # fmt: skip
+    if flows.empty:
+        return
+    span = flows["span_id"].to_numpy(np.int64)
+    tid = flows["tid"].to_numpy(np.int64)
+    track = pd.Series(span).map(span_track).fillna(pd.Series(tid)).to_numpy(np.int64)
+    cat = _json_texts(flows["obj"].str.slice(len(K.FLOW_OBJ)).to_numpy(object))
+    release = (flows["op"] == "release").to_numpy(bool)
+    texts = _join(
+        pc.if_else(pa.array(release), '{"ph":"s","cat":', '{"ph":"f","cat":'), cat, ',"name":',
+        cat, ',"id":', _ints(flows["seq"].to_numpy(np.int64)), ',"pid":',
+        _ints(flows["pid"].to_numpy(np.int64)), ',"tid":', _ints(track), ',"ts":',
+        _us_texts(flows["time"].to_numpy(np.int64)),
+        pc.if_else(pa.array(release), "", ',"bp":"e"'), f',"args":{{"{K.TRUE_TID}":', _ints(tid),
+        _opt(span != 0, f',"{K.SYNC_SPAN}":', _ints(span)), "}}",
+    ).to_pylist()  # fmt: skip
+    for lo in range(0, len(texts), 8192):
+        emit(",\n".join(texts[lo : lo + 8192]))

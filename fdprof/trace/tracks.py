@@ -48,16 +48,25 @@ def assign(spans: pd.DataFrame, labels: np.ndarray | None = None) -> Tracks:
     own_name = np.isin(name, list(OWN_TRACK_NAMES)) & ~own_lane
     label = np.full(len(spans), None, dtype=object) if labels is None else labels
     labelled = ~np.equal(label, None)
-    suffix = np.where(labelled, label, name).astype(str)
-    group = np.where(
-        own_lane & ~labelled,
-        "lane " + lane.astype(str),
-        np.where(own_name | labelled, "name " + lane.astype(str) + " " + suffix, "thread"),
-    )
+    # the track group of each row: its thread, its lane, or (lane, label or name); keyed by
+    # objects, not numpy strings (a fixed-width copy of every span name ran to gigabytes)
+    kind = np.where(own_lane & ~labelled, 1, np.where(own_name | labelled, 2, 0))
+    suffix = np.where(labelled, label, name)
+    group = np.full(len(spans), None, dtype=object)
+    group[kind == 1] = lane[kind == 1]
+    by_name = np.flatnonzero(kind == 2)
+    group[by_name] = [(lane[r], suffix[r]) for r in by_name.tolist()]
+    codes = pd.factorize(group)[0]
     start = spans["start"].to_numpy(np.int64)
     end = spans["end"].to_numpy(np.int64)
     end = np.where(end < 0, np.iinfo(np.int64).max, end)
-    order = np.lexsort((-end, start, tid, pid, group))
+    order = np.lexsort((-end, start, tid, pid, codes))
+    # plain Python values for the loop: indexing numpy arrays element by element was most of
+    # a conversion's time
+    is_thread = (kind == 0).tolist()
+    keys = list(zip(codes.tolist(), pid.tolist(), np.where(kind == 0, tid, 0).tolist(),
+                    strict=True))  # fmt: skip
+    starts, ends = start.tolist(), end.tolist()
     span_tid = tid.copy()
     overlapping = np.zeros(len(spans), dtype=bool)
     names: dict[tuple[int, int], str] = {}
@@ -65,22 +74,25 @@ def assign(spans: pd.DataFrame, labels: np.ndarray | None = None) -> Tracks:
     tracks: dict[tuple, int] = {}
     stacks: dict[tuple, list[int]] = {}
     for row in order.tolist():
-        g, p, t = group[row], int(pid[row]), int(tid[row])
-        base = (g, p) if g != "thread" else (g, p, t)
-        s, e = int(start[row]), int(end[row])
-        stack = stacks.setdefault(base, [])  # ends of the open slices enclosing this one
+        base = keys[row]
+        s, e = starts[row], ends[row]
+        stack = stacks.get(base)  # ends of the open slices enclosing this one
+        if stack is None:
+            stack = stacks[base] = []
         while stack and stack[-1] <= s:
             stack.pop()
         if not stack or stack[-1] >= e:
             stack.append(e)
         else:
             overlapping[row] = True
-        if g == "thread":
+        if is_thread[row]:
             continue
         track = tracks.get(base)
         if track is None:
+            p = base[1]
             track = tracks[base] = SYNTHETIC_TID + len(tracks)
-            names[(p, track)] = f"{lane[row]} {suffix[row]}" if g.startswith("name ") else lane[row]
+            named = kind[row] == 2
+            names[(p, track)] = f"{lane[row]} {suffix[row]}" if named else lane[row]
             if own_lane[row] and not labelled[row]:
                 lane_tracks.setdefault((p, lane[row]), track)
         span_tid[row] = track
