@@ -39,6 +39,7 @@ def assemble(
     limits.check(len(processes["pid"]), "processes", f"{where}: processes")
     _unique(where, np.asarray(spans["span_id"], dtype=np.int64))
     cols = dict(spans)
+    cols["end"] = _drop_negative_durations(trace, cols)
     given = np.asarray(cols.get("lane", np.full(n, None)), dtype=object)
     cols["lane"] = np.where(np.equal(given, None), C.thread_lanes(cols["pid"], cols["tid"]), given)
     cols["step"] = np.full(n, -1, dtype=np.int64)
@@ -50,7 +51,47 @@ def assemble(
     trace.accesses = C.accesses_from_attrs(attrs)
     trace.syncs = frame("syncs", syncs | {"lane": _sync_lanes(syncs, attrs)})
     trace.processes = frame("processes", processes)
+    _flag_unanchored(trace, cols["start"], processes["anchored"])
+    if attrs.too_wide:
+        trace.warn(f"{attrs.too_wide:,} attribute value(s) do not fit int64: kept exactly, as "
+                   "JSON text, so analyses do not read them as numbers")  # fmt: skip
     return trace
+
+
+#: times before this (2001-09-09, 10^18 ns since the epoch) are not wall-clock times of a trace
+EPOCH_FLOOR_NS = 10**18
+
+
+def _drop_negative_durations(trace: Trace, cols: dict[str, Any]) -> np.ndarray:
+    """Spans that end before they start get no end (-1, as a span that never ended), so no
+    duration, rate or overlap uses them; one warning says how many and names one."""
+    start = np.asarray(cols["start"], dtype=np.int64)
+    end = np.asarray(cols["end"], dtype=np.int64)
+    backwards = (end != -1) & (end < start)
+    if not backwards.any():
+        return end
+    first = int(np.flatnonzero(backwards)[0])
+    names = cols["name"]
+    name = names[first] if not hasattr(names, "to_pylist") else names[first].as_py()
+    trace.warn(
+        f"{int(backwards.sum()):,} span(s) end before they start (e.g. {name!r}: "
+        f"{int(end[first] - start[first]):,} ns): read as never ended (end = -1), so no "
+        "duration or rate counts them"
+    )
+    return np.where(backwards, -1, end)
+
+
+def _flag_unanchored(trace: Trace, start: Any, anchored: Any) -> None:
+    """One warning when no process is anchored to a clock and the times read as 1970: they
+    count from the trace's own zero, which exports and dashboards would show as 1970 dates."""
+    start = np.asarray(start, dtype=np.int64)
+    if not len(start) or any(bool(a) for a in anchored):
+        return
+    if int(start.min()) < EPOCH_FLOOR_NS:
+        trace.warn(
+            "no clock anchor: times count from the trace's own start, not the epoch (as dates "
+            "they read as 1970-01-01); its order against other traces is not known"
+        )
 
 
 def _unique(where: str, span_id: np.ndarray) -> None:

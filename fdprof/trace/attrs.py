@@ -101,6 +101,13 @@ def typed(values: list) -> tuple[str, pa.Array]:
     return JSON, pa.array([to_json(_plain(v)) for v in values], pa.string())
 
 
+def _too_wide(value: Any) -> bool:
+    """Whether ``value`` is, or is a list holding, an integer beyond int64."""
+    if type(value) is int:
+        return not -(2**63) <= value < 2**63
+    return type(value) is list and any(type(v) is int and _too_wide(v) for v in value)
+
+
 def _plain(value: Any) -> Any:
     """Decimals as floats, as every other source gives non-integer numbers."""
     if type(value) is Decimal:
@@ -198,8 +205,11 @@ def _chunked(values: pa.Array | pa.ChunkedArray, kind: str) -> pa.ChunkedArray:
 class Attrs:
     """Every span attribute of a trace, a typed :class:`Column` per key (module doc)."""
 
-    def __init__(self, columns: dict[str, Column] | None = None) -> None:
+    def __init__(self, columns: dict[str, Column] | None = None, too_wide: int = 0) -> None:
         self._columns: dict[str, Column] = dict(columns or {})
+        #: how many values the reader found that were integers beyond 64 bits (kept as JSON
+        #: text, flagged once by the trace's warning)
+        self.too_wide = too_wide
 
     def keys(self) -> list[str]:
         return list(self._columns)
@@ -271,6 +281,7 @@ class AttrsBuilder:
 
     def __init__(self) -> None:
         self._parts: dict[str, list[tuple[Column, np.ndarray | None]]] = {}
+        self.too_wide = 0
 
     def add(
         self,
@@ -298,6 +309,8 @@ class AttrsBuilder:
         """Python values of ``key`` (decoded from JSON or SQL), typed by what they hold."""
         if values:
             kind, array = typed(values)
+            if kind == JSON:
+                self.too_wide += sum(map(_too_wide, values))
             self.add(key, np.asarray(span_ids, dtype=np.int64), array, kind)
 
     @property
@@ -317,7 +330,7 @@ class AttrsBuilder:
         for key, parts in self._parts.items():
             columns[key] = _join(parts)
         self._parts = {}
-        return Attrs(columns)
+        return Attrs(columns, self.too_wide)
 
 
 def _join(parts: list[tuple[Column, np.ndarray | None]]) -> Column:

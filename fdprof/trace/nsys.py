@@ -208,9 +208,7 @@ def read(path: Path) -> Trace:
     trace.meta["nsys"] = {
         k: meta[k] for k in ("EXPORT_PRODUCT_VERSION", "EXPORT_SCHEMA_VERSION") if k in meta
     }
-    offset = export.epoch_offset()
-    if offset is None:
-        trace.warn("no session start time in the export: times are from the session start")
+    offset = export.epoch_offset()  # None: unanchored, and a warning from assemble says so
     strings = export.strings()
     rows = _Rows()
     ranges = _nvtx(export, strings, rows) if "NVTX_EVENTS" in export.tables else None
