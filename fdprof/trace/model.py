@@ -85,6 +85,12 @@ SCHEMAS = {
 }
 
 
+def numpy_dtype(table: str, column: str) -> Any:
+    """The numpy dtype a reader builds ``column`` of ``table`` in: object for strings."""
+    dtype = SCHEMAS[table][column]
+    return object if dtype == "string" else np.dtype(dtype)
+
+
 def empty(table: str) -> pd.DataFrame:
     return frame(table, {c: [] for c in SCHEMAS[table]})
 

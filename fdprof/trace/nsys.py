@@ -34,7 +34,7 @@ from fdprof import semconv as S
 from fdprof.errors import FdprofError
 from fdprof.trace.assemble import assemble
 from fdprof.trace.attrs import AttrsBuilder
-from fdprof.trace.model import Trace
+from fdprof.trace.model import SYNC_COLUMNS, Trace, numpy_dtype
 from fdprof.trace.nsys_projection import host_waits, project
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -502,11 +502,7 @@ def _assemble(trace: Trace, rows: _Rows, procs: dict[int, str], offset: int, anc
         "role": np.full(len(start), "", dtype=object),
         "trace_id": np.full(len(start), None, dtype=object),
     }
-    syncs = {
-        k: cat(rows.syncs, k, object if k in ("op", "obj", "lane") else bool if k == "keyed"
-               else np.int64)
-        for k in ("op", "obj", "seq", "keyed", "time", "pid", "tid", "lane", "span_id")
-    }  # fmt: skip
+    syncs = {k: cat(rows.syncs, k, numpy_dtype("syncs", k)) for k in SYNC_COLUMNS}
     syncs["time"] = syncs["time"] + offset
     processes = {
         "pid": list(procs),

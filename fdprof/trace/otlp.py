@@ -34,7 +34,7 @@ from fdprof.trace.assemble import assemble
 from fdprof.trace.attrs import AttrsBuilder
 from fdprof.trace.chrome import SPAN_LANE, SPAN_ROLE
 from fdprof.trace.jsonstream import Stream, open_text
-from fdprof.trace.model import Trace, rows
+from fdprof.trace.model import SYNC_COLUMNS, Trace, numpy_dtype, rows
 
 THREAD_ID = S.THREAD_ID
 PROCESS_PID = S.PROCESS_PID
@@ -216,9 +216,7 @@ class _Reader:
         self.attrs = AttrsBuilder()
         #: this request's attribute values by key, typed when the request is done
         self.pending: dict[str, tuple[list[int], list[Any]]] = {}
-        self.syncs: dict[str, list] = {
-            k: [] for k in ("op", "obj", "seq", "keyed", "time", "pid", "tid", "lane", "span_id")
-        }
+        self.syncs: dict[str, list] = {k: [] for k in SYNC_COLUMNS}
         self.procs: dict[int, dict[str, Any]] = {}
         #: pid -> the resource's attributes, as the file gave them (less the file-only ones)
         self.resources: dict[int, dict[str, Any]] = {}
@@ -357,11 +355,7 @@ def read(path: Path) -> Trace:
         k: np.array(v, dtype=object if k in ("name", "role", "trace_id", "lane") else np.int64)
         for k, v in reader.spans.items()
     }
-    syncs = {
-        k: np.array(v, dtype=object if k in ("op", "obj", "lane") else bool if k == "keyed"
-                    else np.int64)
-        for k, v in reader.syncs.items()
-    }  # fmt: skip
+    syncs = {k: np.array(v, dtype=numpy_dtype("syncs", k)) for k, v in reader.syncs.items()}
     processes = {
         "pid": procs,
         "role": [reader.procs[p]["role"] for p in procs],
