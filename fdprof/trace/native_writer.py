@@ -84,7 +84,8 @@ def write(trace: Trace, path: str | Path) -> None:
             known = pid in procs.index
             role = str(procs.at[pid, "role"]) if known else ""
             dp_rank = int(procs.at[pid, "dp_rank"]) if known else -1
-            files[pid] = _File(pid, role, dp_rank, -1)
+            tp_rank = int(procs.at[pid, "tp_rank"]) if known else -1
+            files[pid] = _File(pid, role, dp_rank, tp_rank)
         return files[pid]
 
     attr_groups = trace.attrs.by_span()
@@ -129,6 +130,7 @@ def write(trace: Trace, path: str | Path) -> None:
     for pid, f in files.items():
         role = str(procs.at[pid, "role"]) if pid in procs.index else ""
         rank = int(procs.at[pid, "dp_rank"]) if pid in procs.index else -1
+        tp_rank = int(procs.at[pid, "tp_rank"]) if pid in procs.index else -1
         record = f"{role or 'process'}-{max(rank, 0)}-{pid}.rec"
         (out / record).write_bytes(b"".join(f.parts))
         name = str(procs.at[pid, "name"]) if pid in procs.index else role
@@ -138,6 +140,7 @@ def write(trace: Trace, path: str | Path) -> None:
                 "role": role,
                 "name": name,
                 "dp_rank": rank,
+                "tp_rank": tp_rank,
                 "record": record,
                 "exitcode": 0,
             }

@@ -510,6 +510,7 @@ def _assemble(trace: Trace, rows: _Rows, procs: dict[int, str], offset: int, anc
         "name": list(procs.values()),
         "anchored": [anchored] * len(procs),
         "dp_rank": [-1] * len(procs),
+        "tp_rank": [-1] * len(procs),
     }
     assemble(trace, spans, rows.attrs.build(), syncs, processes)
     unended = int((end == -1).sum())

@@ -239,7 +239,8 @@ class _Reader:
                     "role": role,
                     "name": str(res.get(PROCESS_NAME, res.get(SERVICE_NAME, pid))),
                     "anchored": bool(res.get(PROCESS_ANCHORED, False)),
-                    "dp_rank": C.dp_rank(res.get(C.DP_RANK)),
+                    "dp_rank": C.rank(res.get(C.DP_RANK)),
+                    "tp_rank": C.rank(res.get(C.TP_RANK)),
                 }
                 self.resources[pid] = {k: v for k, v in res.items() if k not in _FILE_ONLY}
             for ss in rs.get("scopeSpans", rs.get("scope_spans", [])):
@@ -362,6 +363,7 @@ def read(path: Path) -> Trace:
         "name": [reader.procs[p]["name"] for p in procs],
         "anchored": [reader.procs[p]["anchored"] for p in procs],
         "dp_rank": [reader.procs[p]["dp_rank"] for p in procs],
+        "tp_rank": [reader.procs[p]["tp_rank"] for p in procs],
     }
     trace = assemble(trace, spans, reader.attrs.build(), syncs, processes)
     trace.meta["resources"] = reader.resources

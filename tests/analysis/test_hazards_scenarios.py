@@ -235,6 +235,7 @@ def test_dp_groups_have_their_own_blocks_and_channels():
         "pid": [10, 11, 20, 21], "role": ["engine", "worker"] * 2,
         "name": ["engine-0", "worker-0", "engine-1", "worker-1"], "anchored": [True] * 4,
     }  # fmt: skip
+    procs["tp_rank"] = [-1] * 4
     trace.processes = frame("processes", procs | {"dp_rank": [-1] * 4})
     trace.meta["config"] = {"dp": 2}
     assert counts(trace)["races"] > 0  # neither names nor the config make groups: ranks do
@@ -278,3 +279,48 @@ def test_a_keyed_seq_of_minus_one_is_matched_exactly_not_in_time_order():
     assert counts(b.build())["races"] == 1
     b.release("queue:a", 12, A, -1)
     assert counts(b.build())["races"] == 0
+
+
+def _two_shards(tp: tuple[int, int], dp: tuple[int, int] = (0, 0)):
+    """Two transfer processes each writing block 12 of their own pool, unordered."""
+    b = TraceBuilder()
+    for pid, d, t in ((10, dp[0], tp[0]), (20, dp[1], tp[1])):
+        b.process(pid, d, t, "transfer")
+    b.span("10/1", "swap", 0, 10, writes=(12,))
+    b.span("20/1", "swap", 2, 12, writes=(12,))
+    return b
+
+
+def test_equal_block_ids_of_two_tp_ranks_are_different_memory():
+    assert counts(_two_shards((0, 1)).build())["races"] == 0
+    assert counts(_two_shards((1, 1)).build())["races"] == 1  # same rank: one pool
+    assert counts(_two_shards((0, 0), dp=(0, 1)).build())["races"] == 0
+    assert counts(_two_shards((0, 0), dp=(1, 1)).build())["races"] == 1
+    report = find_hazards(_two_shards((1, 1), dp=(0, 1)).build())
+    assert report.counts["races"] == 0
+
+
+def test_a_process_of_unknown_tp_rank_may_touch_any_shard_of_its_group():
+    b = _two_shards((0, 1))
+    b.process(30, 0, -1, "engine")
+    b.span("30/1", "evict", 4, 6, reads=(12,))
+    report = find_hazards(b.build())
+    # the engine's read races with both ranks' writes; the ranks' writes do not race
+    assert sorted(map(tuple, report.races[["span_a", "span_b"]].to_numpy().tolist())) == [
+        (1, 3), (2, 3)]  # fmt: skip
+    assert report.accesses == 3
+    assert sorted(report.races["blocks"].sum()) == ["gpu@tp0:12", "gpu@tp1:12"]
+
+
+def test_collectives_pair_across_dp_groups_and_channels_do_not():
+    # a worker of each DP group: an EP all-to-all joins them; their queues are their own
+    b = TraceBuilder()
+    b.process(10, 0, -1, "worker")
+    b.process(20, 1, -1, "worker")
+    b.span("10/1", "execute_model", 0, 10)
+    b.release("collective:ep/rank0", 11, "10/1", 1)
+    b.acquire("collective:ep/rank0", 20, "20/1", 1)
+    b.release("queue:batch", 12, "10/1", 5)
+    b.acquire("queue:batch", 21, "20/1", 5)
+    report = find_hazards(b.build())
+    assert report.gaps["obj"].tolist() == ["queue:batch@dp1"]  # no release in group 1

@@ -91,7 +91,7 @@ def _two_process_trace() -> Trace:
     }
     syncs = {k: np.zeros(0, dtype=numpy_dtype("syncs", k)) for k in SYNC_COLUMNS}
     processes = {"pid": [1, 2], "role": ["", ""], "name": ["a", "b"], "anchored": [True, True],
-                 "dp_rank": [-1, -1]}  # fmt: skip
+                 "dp_rank": [-1, -1], "tp_rank": [-1, -1]}  # fmt: skip
     return assemble(trace, spans, attrs.build(), syncs, processes)
 
 
