@@ -32,6 +32,7 @@ import pandas as pd
 
 from fdprof import semconv as S
 from fdprof.analysis.columns import json_records, require
+from fdprof.analysis.locks import broken_locks, lock_holds, no_broken_locks
 from fdprof.errors import FdprofError
 from fdprof.trace.model import Trace
 
@@ -58,6 +59,14 @@ class HazardReport:
     #: KV-block accesses of finished spans that were checked; 0 means nothing was checked
     #: (no ``kv.*`` attributes), which is not the same as clean
     accesses: int = 0
+    #: pairs of holds of one lock overlapping in time on different lanes
+    #: (:func:`fdprof.analysis.locks.broken_locks`): the lock did not exclude
+    broken_locks: pd.DataFrame = field(default_factory=no_broken_locks)
+
+    @property
+    def untrusted_locks(self) -> tuple[str, ...]:
+        """Lock objects whose edges were not taken as order, being broken."""
+        return tuple(sorted(set(self.broken_locks["obj"].tolist())))
 
     @property
     def latent(self) -> pd.DataFrame:
@@ -77,11 +86,13 @@ class HazardReport:
             "overlaps": len(self.overlaps),
             "clock_alarms": len(self.alarms),
             "gaps": len(self.gaps),
+            "broken_locks": len(self.broken_locks),
         }
 
     @property
     def clean(self) -> bool:
-        return self.races.empty
+        """No race and no lock that failed to exclude."""
+        return self.races.empty and self.broken_locks.empty
 
     @property
     def kinds(self) -> pd.DataFrame:
@@ -96,13 +107,16 @@ class HazardReport:
             "clock_alarms": json_records(self.alarms),
             "gaps": json_records(self.gaps),
             "dropped_objects": list(self.dropped_objects),
+            "broken_locks": json_records(self.broken_locks),
+            "untrusted_locks": list(self.untrusted_locks),
             "checked": {"accesses": self.accesses, "lanes": len(self.lanes)},
         }
 
 
 def find_hazards(trace: Trace, drop_objects: Iterable[str] = ()) -> HazardReport:
-    """Races, clock alarms and gaps of ``trace``; sync objects matching any glob in
-    ``drop_objects`` (e.g. ``"lock:*"``) are ignored, as if their edges were never there."""
+    """Races, clock alarms, gaps and broken locks of ``trace``; sync objects matching any glob
+    in ``drop_objects`` (e.g. ``"lock:*"``) are ignored, as if their edges were never there,
+    and so are the edges of a lock whose holds overlapped on two lanes (a broken lock)."""
     spans = require(trace.spans, "spans", SPAN_NEEDS)
     accesses = require(trace.accesses, "accesses", ACCESS_NEEDS)
     syncs = require(trace.syncs, "syncs", SYNC_NEEDS)
@@ -117,6 +131,10 @@ def find_hazards(trace: Trace, drop_objects: Iterable[str] = ()) -> HazardReport
         raise FdprofError(f"sync op {syncs['op'][bad].iloc[0]!r} is neither release nor acquire")
     ranks = process_ranks(trace)
     syncs = _scoped_objects(syncs, {pid: dp for pid, (dp, _) in ranks.items()})
+    broken = broken_locks(lock_holds(syncs))
+    if not broken.empty:  # a lock that did not exclude orders nothing
+        syncs = syncs[~syncs["obj"].isin(set(broken["obj"].tolist())).to_numpy(bool)]
+        syncs = syncs.reset_index(drop=True)
 
     lanes = pd.Index(
         pd.unique(pd.concat([spans["lane"], syncs["lane"]], ignore_index=True).astype(str))
@@ -138,6 +156,7 @@ def find_hazards(trace: Trace, drop_objects: Iterable[str] = ()) -> HazardReport
             dropped,
             tuple(lanes),
             acc["checked"],
+            broken,
         )
 
     times = np.unique(np.concatenate([acc["start"], acc["end"], clocks.all_times()]))
@@ -149,7 +168,7 @@ def find_hazards(trace: Trace, drop_objects: Iterable[str] = ()) -> HazardReport
     races = _pairs_frame(spans, racy_x, racy_y, acc)
     alarms = _pairs_frame(spans, over_x[alarm], over_y[alarm], acc)
     return HazardReport(races, alarms.drop(columns="overlapped"), _gap_frame(gaps), dropped,
-                        tuple(lanes), acc["checked"])  # fmt: skip
+                        tuple(lanes), acc["checked"], broken)  # fmt: skip
 
 
 KIND_KEYS = ["name_a", "role_a", "name_b", "role_b", "modes"]
