@@ -67,6 +67,6 @@ def test_correct_runs_have_no_race(tmp_path, kv_lock, seed):
     assert results["integrity"]["mismatches"] == 0
     hazards = find_hazards(trace)
     assert hazards.counts == {"races": 0, "latent": 0, "overlaps": 0, "clock_alarms": 0,
-                              "gaps": 0}  # fmt: skip
+                              "gaps": 0, "broken_locks": 0}  # fmt: skip
     if kv_lock == "ipc":
         assert what_if_drop_lock(trace).safe

@@ -30,7 +30,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from fdprof import semconv as S
 from fdprof.analysis.columns import json_records, require
+from fdprof.analysis.locks import broken_locks, lock_holds, no_broken_locks
 from fdprof.errors import FdprofError
 from fdprof.trace.model import Trace
 
@@ -57,6 +59,14 @@ class HazardReport:
     #: KV-block accesses of finished spans that were checked; 0 means nothing was checked
     #: (no ``kv.*`` attributes), which is not the same as clean
     accesses: int = 0
+    #: pairs of holds of one lock overlapping in time on different lanes
+    #: (:func:`fdprof.analysis.locks.broken_locks`): the lock did not exclude
+    broken_locks: pd.DataFrame = field(default_factory=no_broken_locks)
+
+    @property
+    def untrusted_locks(self) -> tuple[str, ...]:
+        """Lock objects whose edges were not taken as order, being broken."""
+        return tuple(sorted(set(self.broken_locks["obj"].tolist())))
 
     @property
     def latent(self) -> pd.DataFrame:
@@ -76,11 +86,13 @@ class HazardReport:
             "overlaps": len(self.overlaps),
             "clock_alarms": len(self.alarms),
             "gaps": len(self.gaps),
+            "broken_locks": len(self.broken_locks),
         }
 
     @property
     def clean(self) -> bool:
-        return self.races.empty
+        """No race and no lock that failed to exclude."""
+        return self.races.empty and self.broken_locks.empty
 
     @property
     def kinds(self) -> pd.DataFrame:
@@ -95,13 +107,16 @@ class HazardReport:
             "clock_alarms": json_records(self.alarms),
             "gaps": json_records(self.gaps),
             "dropped_objects": list(self.dropped_objects),
+            "broken_locks": json_records(self.broken_locks),
+            "untrusted_locks": list(self.untrusted_locks),
             "checked": {"accesses": self.accesses, "lanes": len(self.lanes)},
         }
 
 
 def find_hazards(trace: Trace, drop_objects: Iterable[str] = ()) -> HazardReport:
-    """Races, clock alarms and gaps of ``trace``; sync objects matching any glob in
-    ``drop_objects`` (e.g. ``"lock:*"``) are ignored, as if their edges were never there."""
+    """Races, clock alarms, gaps and broken locks of ``trace``; sync objects matching any glob
+    in ``drop_objects`` (e.g. ``"lock:*"``) are ignored, as if their edges were never there,
+    and so are the edges of a lock whose holds overlapped on two lanes (a broken lock)."""
     spans = require(trace.spans, "spans", SPAN_NEEDS)
     accesses = require(trace.accesses, "accesses", ACCESS_NEEDS)
     syncs = require(trace.syncs, "syncs", SYNC_NEEDS)
@@ -114,8 +129,12 @@ def find_hazards(trace: Trace, drop_objects: Iterable[str] = ()) -> HazardReport
     bad = ~syncs["op"].isin(["release", "acquire"])
     if bad.any():
         raise FdprofError(f"sync op {syncs['op'][bad].iloc[0]!r} is neither release nor acquire")
-    groups = dp_groups(trace)
-    syncs = _scoped_objects(syncs, groups)
+    ranks = process_ranks(trace)
+    syncs = _scoped_objects(syncs, {pid: dp for pid, (dp, _) in ranks.items()})
+    broken = broken_locks(lock_holds(syncs))
+    if not broken.empty:  # a lock that did not exclude orders nothing
+        syncs = syncs[~syncs["obj"].isin(set(broken["obj"].tolist())).to_numpy(bool)]
+        syncs = syncs.reset_index(drop=True)
 
     lanes = pd.Index(
         pd.unique(pd.concat([spans["lane"], syncs["lane"]], ignore_index=True).astype(str))
@@ -125,7 +144,7 @@ def find_hazards(trace: Trace, drop_objects: Iterable[str] = ()) -> HazardReport
     gaps += pair_gaps
     clocks = _LaneClocks(syncs, src, lanes, gaps)
 
-    acc, orphan_gaps = _access_table(spans, accesses, lanes, groups)
+    acc, orphan_gaps = _access_table(spans, accesses, lanes, ranks)
     gaps += orphan_gaps
     gaps += _truncation_gaps(spans)
     if acc["n"] == 0:
@@ -136,6 +155,8 @@ def find_hazards(trace: Trace, drop_objects: Iterable[str] = ()) -> HazardReport
             _gap_frame(gaps),
             dropped,
             tuple(lanes),
+            acc["checked"],
+            broken,
         )
 
     times = np.unique(np.concatenate([acc["start"], acc["end"], clocks.all_times()]))
@@ -146,9 +167,8 @@ def find_hazards(trace: Trace, drop_objects: Iterable[str] = ()) -> HazardReport
     alarm = ~np.isin(over_x * n + over_y, racy_code)
     races = _pairs_frame(spans, racy_x, racy_y, acc)
     alarms = _pairs_frame(spans, over_x[alarm], over_y[alarm], acc)
-    return HazardReport(
-        races, alarms.drop(columns="overlapped"), _gap_frame(gaps), dropped, tuple(lanes), n
-    )
+    return HazardReport(races, alarms.drop(columns="overlapped"), _gap_frame(gaps), dropped,
+                        tuple(lanes), acc["checked"], broken)  # fmt: skip
 
 
 KIND_KEYS = ["name_a", "role_a", "name_b", "role_b", "modes"]
@@ -189,19 +209,41 @@ def race_kinds(races: pd.DataFrame) -> pd.DataFrame:
     return out.sort_values(["pairs", "first_ns"], ascending=[False, True]).reset_index(drop=True)
 
 
-def dp_groups(trace: Trace) -> dict[int, int]:
-    """pid -> DP group, from the ``dp_rank`` column of ``processes``. Processes of unknown rank
-    (-1) are one group together, so a trace without ranks is one group: nothing is scoped."""
+def process_ranks(trace: Trace) -> dict[int, tuple[int, int]]:
+    """pid -> (DP rank, TP rank), from ``processes`` (-1: unknown)."""
     processes = trace.processes
     pids = processes["pid"].to_numpy(np.int64).tolist()
-    return dict(zip(pids, processes["dp_rank"].to_numpy(np.int64).tolist(), strict=True))
+    dp = processes["dp_rank"].to_numpy(np.int64).tolist()
+    tp = processes["tp_rank"].to_numpy(np.int64).tolist()
+    return dict(zip(pids, zip(dp, tp, strict=True), strict=True))
+
+
+def pool_scopes(ranks: dict[int, tuple[int, int]]) -> dict[int, list[str]]:
+    """pid -> the KV-pool scopes its accesses fall in ("" unscoped): each (DP group, TP rank)
+    has its own pool, so ``gpu:12`` of (dp0, tp0) is not ``gpu:12`` of (dp0, tp1). DP groups
+    are scoped when the trace has several (unknown rank -1 is one group); TP ranks when a
+    group has several known ones, and then a process of that group whose TP rank is unknown
+    falls in all of them (it may touch any shard: hiding a race is worse than a false one)."""
+    dp_values = {dp for dp, _ in ranks.values()}
+    known_tp: dict[int, set[int]] = {dp: set() for dp in dp_values}
+    for dp, tp in ranks.values():
+        if tp >= 0:
+            known_tp[dp].add(tp)
+    out = {}
+    for pid, (dp, tp) in ranks.items():
+        dp_part = f"dp{dp}" if len(dp_values) > 1 else ""
+        tps = sorted(known_tp[dp]) if len(known_tp[dp]) > 1 else []
+        tp_parts = [f"tp{tp}"] if tps and tp >= 0 else [f"tp{t}" for t in tps] or [""]
+        out[pid] = ["/".join(x for x in (dp_part, t) if x) for t in tp_parts]
+    return out
 
 
 def _scoped_objects(syncs: pd.DataFrame, groups: dict[int, int]) -> pd.DataFrame:
     """Object names made unique where the name alone is ambiguous: ``mutex:*`` are
-    in-process (scoped by pid); keyed channels (queues, signals) belong to one DP group.
-    Seq-less inter-process objects stay global: their name says which one they are (our
-    engine's ``lock:kv/dp0``, one flock file per DP group)."""
+    in-process (scoped by pid); keyed channels (queues, signals) belong to one DP group (TP
+    ranks of a group tell their copies apart by seq). Unkeyed inter-process objects stay
+    global, their name says which one they are (our engine's ``lock:kv/dp0``, one flock file
+    per DP group), and so do collectives (``collective:<group>/...``), which span groups."""
     if syncs.empty:
         return syncs
     obj = syncs["obj"].astype(str).to_numpy(dtype=object)
@@ -210,9 +252,10 @@ def _scoped_objects(syncs: pd.DataFrame, groups: dict[int, int]) -> pd.DataFrame
     scoped = obj.copy()
     if mutex.any():
         scoped[mutex] = [f"{o}@pid{p}" for o, p in zip(obj[mutex], pid[mutex], strict=True)]
-    keyed = syncs["keyed"].to_numpy(bool) & ~mutex
+    collective = np.array([o.startswith(S.COLLECTIVE_PREFIX) for o in obj.tolist()], dtype=bool)
+    keyed = syncs["keyed"].to_numpy(bool) & ~mutex & ~collective
     if len(set(groups.values())) > 1 and keyed.any():
-        scoped[keyed] = [f"{o}@dp{groups.get(p, 0)}"
+        scoped[keyed] = [f"{o}@dp{groups.get(p, -1)}"
                          for o, p in zip(obj[keyed], pid[keyed], strict=True)]  # fmt: skip
     if (scoped == obj).all():
         return syncs
@@ -375,10 +418,14 @@ class _Ranker:
 
 
 def _access_table(
-    spans: pd.DataFrame, accesses: pd.DataFrame, lanes: pd.Index, groups: dict[int, int]
+    spans: pd.DataFrame,
+    accesses: pd.DataFrame,
+    lanes: pd.Index,
+    ranks: dict[int, tuple[int, int]],
 ):
-    """Accesses joined with their (finished) spans, as numpy columns; pools scoped per DP
-    group when there are several (each group has its own KV cache)."""
+    """Accesses joined with their (finished) spans, as numpy columns; pools scoped per (DP
+    group, TP rank) (:func:`pool_scopes`), an access of a process in several scopes repeated
+    once per scope. ``checked``: the accesses before that repetition."""
     span_ids = spans["span_id"].to_numpy(np.int64)
     span_index = pd.Index(span_ids)
     if not span_index.is_unique:
@@ -404,21 +451,32 @@ def _access_table(
     srow = srow[ok]
     a = accesses[ok]
     pool = a["pool"].astype(str).to_numpy(dtype=object)
-    if len(set(groups.values())) > 1:
-        pid = spans["pid"].to_numpy(np.int64)[srow]
-        pool = pool + np.array([f"@dp{groups.get(p, 0)}" for p in pid.tolist()], dtype=object)
+    rows = np.arange(len(a))
+    scopes = pool_scopes(ranks)
+    if any(label for labels in scopes.values() for label in labels):
+        pids, inverse = np.unique(spans["pid"].to_numpy(np.int64)[srow], return_inverse=True)
+        labels = [scopes.get(p, [""]) for p in pids.tolist()]
+        sizes = np.array([len(ls) for ls in labels], dtype=np.int64)
+        flat = np.array([f"@{x}" if x else "" for ls in labels for x in ls], dtype=object)
+        first = np.cumsum(sizes) - sizes
+        count = sizes[inverse]
+        rows = np.repeat(rows, count)
+        nth = np.arange(len(rows)) - np.repeat(np.cumsum(count) - count, count)
+        pool = pool[rows] + flat[first[inverse][rows] + nth]
+        srow = srow[rows]
     pool_code, pools = pd.factorize(pool)
-    block = a["block"].to_numpy(np.int64)
+    block = a["block"].to_numpy(np.int64)[rows]
     nb = int(block.max()) + 1 if len(block) else 1
-    lo = a["layer_lo"].to_numpy(np.int64)
-    hi = a["layer_hi"].to_numpy(np.int64)
+    lo = a["layer_lo"].to_numpy(np.int64)[rows]
+    hi = a["layer_hi"].to_numpy(np.int64)[rows]
     all_layers = (lo < 0) & (hi < 0)
     acc = {
-        "n": len(a),
+        "n": len(rows),
+        "checked": len(a),
         "srow": srow,
         "lane": lanes.get_indexer(spans["lane"].astype(str).to_numpy()[srow]),
         "key": pool_code.astype(np.int64) * nb + block,
-        "write": (a["mode"] == "write").to_numpy(bool),
+        "write": (a["mode"] == "write").to_numpy(bool)[rows],
         "lo": np.where(all_layers, 0, lo),
         "hi": np.where(all_layers, _ALL_LAYERS, hi),
         "start": spans["start"].to_numpy(np.int64)[srow],

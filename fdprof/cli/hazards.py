@@ -1,4 +1,5 @@
-"""``fdprof hazards TRACE``: unordered KV-block accesses; exit 0 clean, 1 hazards, 2 error."""
+"""``fdprof hazards TRACE``: unordered KV-block accesses and broken locks; exit 0 clean,
+1 hazards, 2 error."""
 
 from __future__ import annotations
 
@@ -19,9 +20,11 @@ def register(subparsers) -> None:
     p = subparsers.add_parser(
         "hazards",
         help="find KV-block accesses the recorded protocol does not order (happens-before)",
-        description="Exit 0: no race; 1: races found (or, with --what-if, accesses that only "
-        "the lock ordered); 2: bad input, or a trace without KV-block accesses (nothing to "
-        "check is not clean); with --format json the error is a JSON object on stdout too.",
+        description="Exit 0: no race; 1: races found, or a broken lock (two holds of one lock "
+        "at once on different lanes: its edges are then not taken as order), or with "
+        "--what-if accesses that only the lock ordered; 2: bad input, or a trace without "
+        "KV-block accesses (nothing to check is not clean); with --format json the error is "
+        "a JSON object on stdout too.",
     )
     p.add_argument("trace", type=Path, help="run directory or trace file")
     p.add_argument(

@@ -222,6 +222,7 @@ class OtelExportObserver:
             int(proc.info.get("dp_rank", -1)),
             header.epoch_anchor_ns,
             self._config.resource,
+            int(proc.info.get("tp_rank", header.tp_rank)),
         )
         resource = proc.resource = sdk_resource(attrs, self._settings)
         offset = self._offsets.get(header.pid, header.epoch_anchor_ns - header.mono_anchor_ns)

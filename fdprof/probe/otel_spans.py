@@ -54,16 +54,22 @@ def instance_id(role: str, dp_rank: int, pid: int, epoch_anchor_ns: int | None) 
 
 
 def process_resource(
-    role: str, pid: int, dp_rank: int, epoch_anchor_ns: int | None, run: Mapping[str, Any]
+    role: str,
+    pid: int,
+    dp_rank: int,
+    epoch_anchor_ns: int | None,
+    run: Mapping[str, Any],
+    tp_rank: int = -1,
 ) -> dict[str, Any]:
     """The resource attributes of one of fdprof's processes; ``run`` holds the run's settings
-    (``fd.kv_lock``, ``fd.workload``), as strings."""
+    (``fd.kv_lock``, ``fd.workload``), as strings; ``tp_rank`` -1: unknown."""
     attrs: dict[str, Any] = {
         S.SERVICE_NAME: DEFAULT_SERVICE,
         S.SERVICE_INSTANCE_ID: instance_id(role, dp_rank, pid, epoch_anchor_ns),
         S.PROCESS_PID: pid,
         S.ROLE: role,
         S.DP_RANK: str(dp_rank),
+        S.TP_RANK: str(tp_rank),
         S.KV_LOCK: UNKNOWN,
     }
     attrs.update({k: str(v) for k, v in run.items()})

@@ -54,6 +54,8 @@ def hazards_document(report: HazardReport) -> Document:
         verdict = "clean: no unordered conflicting accesses"
     else:
         verdict = f"HAZARDS FOUND: {c['races']} race(s), {c['latent']} of them latent"
+        if report.untrusted_locks:
+            verdict += f"; BROKEN LOCK {', '.join(report.untrusted_locks)}"
     summary = [
         f"{report.accesses:,} KV-block access(es) on {len(report.lanes)} lane(s) checked",
         f"{c['races']} race(s): {c['overlaps']} overlapped in time this run, {c['latent']} latent"
@@ -62,9 +64,17 @@ def hazards_document(report: HazardReport) -> Document:
     ]
     if report.dropped_objects:
         summary.append("edges of " + ", ".join(report.dropped_objects) + " dropped")
+    if report.untrusted_locks:
+        summary.append(
+            f"BROKEN LOCK: {c['broken_locks']} pair(s) of holds of "
+            f"{', '.join(report.untrusted_locks)} overlapped on different lanes; the lock does "
+            "not exclude, so its edges were not taken as order"
+        )
     ok = report.clean and report.accesses > 0
     return Document("fdprof hazards", [
         Bullets(summary),
+        _frame_table("Broken locks (two holds at once, on different lanes)",
+                     report.broken_locks, list(report.broken_locks.columns)),
         _kinds_table(report.kinds),
         _pairs_table("Races (unordered conflicting accesses)", report.races, with_overlap=True),
         _pairs_table("Clock alarms (ordered, yet overlapping in time)", report.alarms),

@@ -350,7 +350,8 @@ class _Builder:
             proc["name"] = str(args.get("name", ""))
             proc["role"] = str(args.get(PROC_ROLE, ""))
             proc["anchored"] = bool(args.get(PROC_ANCHORED, False))
-            proc["dp_rank"] = C.dp_rank(args.get(C.DP_RANK))
+            proc["dp_rank"] = C.rank(args.get(C.DP_RANK))
+            proc["tp_rank"] = C.rank(args.get(C.TP_RANK))
         elif ev.get("name") == "thread_name":
             self.threads[f"{pid}/{self.ident(ev.get('tid'))}"] = str(args.get("name", ""))
         elif ev.get("name") == "process_labels" and isinstance(args.get("labels"), str):
@@ -659,6 +660,7 @@ def _finish(trace: Trace, b: _Builder) -> Trace:
         "name": [b.proc.get(p, {}).get("name") or names.get(p, str(p)) for p in procs],
         "anchored": [b.proc.get(p, {}).get("anchored", False) for p in procs],
         "dp_rank": [b.proc.get(p, {}).get("dp_rank", -1) for p in procs],
+        "tp_rank": [b.proc.get(p, {}).get("tp_rank", -1) for p in procs],
     }
     assemble(trace, spans, attrs, syncs, processes)
     trace.meta["thread_names"] = b.threads

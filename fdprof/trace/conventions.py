@@ -33,8 +33,9 @@ STEP, ROLE, LANE = S.STEP_ID, S.ROLE, S.LANE
 LINKS = S.LINKS
 #: the sync conventions when a format carries sync events as attributes
 SYNC_OP, SYNC_OBJ, SYNC_SEQ = S.SYNC_OP, S.SYNC_OBJ, S.SYNC_SEQ
-#: a process's data-parallel rank, as a resource attribute (the probe's OTel export sets it)
-DP_RANK = S.DP_RANK
+#: a process's data- and tensor-parallel rank, as resource attributes (the probe's OTel export
+#: sets them)
+DP_RANK, TP_RANK = S.DP_RANK, S.TP_RANK
 
 
 #: ``sync.seq`` absent: the event is unkeyed (pairs in time order)
@@ -64,9 +65,9 @@ def _shown(value: Any) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
-def dp_rank(value: Any) -> int:
-    """A process's DP rank from a manifest entry or attribute (an int, or digits as the probe's
-    OTel resource writes it); -1 (unknown) for anything else."""
+def rank(value: Any) -> int:
+    """A process's DP or TP rank from a manifest entry or attribute (an int, or digits as the
+    probe's OTel resource writes it); -1 (unknown) for anything else."""
     if type(value) is str and value.isdecimal():
         value = int(value)
     return value if type(value) is int and value >= 0 else -1

@@ -81,13 +81,15 @@ class OtelView:
         run = run_attributes(trace.meta.get("config") or {})
         pids = sorted(set(procs["pid"].tolist()) | set(trace.spans["pid"].tolist()))
         dp_of = dict(rows(procs, ["pid", "dp_rank"]))
+        tp_of = dict(rows(procs, ["pid", "tp_rank"]))
         #: pid -> resource attributes (the file's own for a trace read from OTLP)
         self.attributes: dict[int, dict[str, Any]] = {}
         for pid in pids:
             own = known.get(pid, known.get(str(pid)))
             if own is None:
                 role = str(self._role_of.get(pid) or "")
-                own = process_resource(role, pid, int(dp_of.get(pid, -1)), anchors.get(pid), run)
+                own = process_resource(role, pid, int(dp_of.get(pid, -1)), anchors.get(pid), run,
+                                       int(tp_of.get(pid, -1)))  # fmt: skip
             self.attributes[pid] = dict(own)
         unended = trace.spans["end"].to_numpy() < 0
         #: spans the view leaves out: those that never ended (the live export never sees them)
@@ -108,7 +110,7 @@ class OtelView:
         sid = spans["span_id"].to_numpy()[order]
         pid = spans["pid"].to_numpy()[order]
         pos = _first_positions(sid, spans["parent_id"].to_numpy()[order])
-        known = ~np.equal(own, None)
+        known = ~np.equal(own, None) & (own != "")  # "" (NVTX captures): no trace id
         top = np.where(known | (pos < 0), np.arange(len(sid)), pos)
         for _ in range(64):  # pointer doubling: the root (or known ancestor) of every span
             up = top[top]

@@ -64,13 +64,15 @@ SYNC_COLUMNS: dict[str, str] = {
     "span_id": "int64",
 }
 #: one row per process: its role and name, whether a clock anchor placed it on the timebase, and
-#: its data-parallel rank (-1: unknown), which scopes per-engine objects for the analyses.
+#: its data- and tensor-parallel rank (-1: unknown), which scope per-engine objects and KV pools
+#: for the analyses.
 PROCESS_COLUMNS: dict[str, str] = {
     "pid": "int64",
     "role": "string",
     "name": "string",
     "anchored": "bool",
     "dp_rank": "int64",
+    "tp_rank": "int64",
 }
 
 #: the Arrow type of string columns: pandas keeps them as large strings (a string column handed
@@ -83,6 +85,12 @@ SCHEMAS = {
     "syncs": SYNC_COLUMNS,
     "processes": PROCESS_COLUMNS,
 }
+
+
+def numpy_dtype(table: str, column: str) -> Any:
+    """The numpy dtype a reader builds ``column`` of ``table`` in: object for strings."""
+    dtype = SCHEMAS[table][column]
+    return object if dtype == "string" else np.dtype(dtype)
 
 
 def empty(table: str) -> pd.DataFrame:

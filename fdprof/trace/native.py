@@ -513,7 +513,9 @@ def _build(trace: Trace, files: list[_File], by_pid: dict[int, dict[str, Any]]) 
         "role": [roles[f.pid] for f in files],
         "name": [by_pid.get(f.pid, {}).get("name") or roles[f.pid] for f in files],
         "anchored": [True] * len(files),
-        "dp_rank": [C.dp_rank(by_pid.get(f.pid, {}).get("dp_rank")) for f in files],
+        # the manifest's ranks where it has them, else the record file's header's
+        "dp_rank": [_rank(by_pid.get(f.pid, {}).get("dp_rank"), f.header.dp_rank) for f in files],
+        "tp_rank": [_rank(by_pid.get(f.pid, {}).get("tp_rank"), f.header.tp_rank) for f in files],
     }
     assemble(trace, spans, builder.build(), syncs, processes)
     trace.meta["thread_names"] = {
@@ -524,6 +526,11 @@ def _build(trace: Trace, files: list[_File], by_pid: dict[int, dict[str, Any]]) 
     unended = sum(f.unended for f in files)
     if unended:
         trace.warn(f"{unended} span(s) never ended (end = -1): a process was killed or cut")
+
+
+def _rank(manifest: Any, header: int) -> int:
+    got = C.rank(manifest)
+    return got if got >= 0 else max(header, -1)
 
 
 def _contexts(

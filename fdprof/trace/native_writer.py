@@ -106,7 +106,8 @@ def _records(trace: Trace) -> dict[int, _File]:
             known = pid in procs.index
             role = str(procs.at[pid, "role"]) if known else ""
             dp_rank = int(procs.at[pid, "dp_rank"]) if known else -1
-            files[pid] = _File(pid, role, dp_rank, -1)
+            tp_rank = int(procs.at[pid, "tp_rank"]) if known else -1
+            files[pid] = _File(pid, role, dp_rank, tp_rank)
         return files[pid]
 
     attr_groups = trace.attrs.by_span()
@@ -156,6 +157,7 @@ def _write_files(trace: Trace, out: Path, files: dict[int, _File], written: list
     for pid, f in files.items():
         role = str(procs.at[pid, "role"]) if pid in procs.index else ""
         rank = int(procs.at[pid, "dp_rank"]) if pid in procs.index else -1
+        tp_rank = int(procs.at[pid, "tp_rank"]) if pid in procs.index else -1
         record = f"{role or 'process'}-{max(rank, 0)}-{pid}.rec"
         written.append(out / record)
         (out / record).write_bytes(b"".join(f.parts))
@@ -166,6 +168,7 @@ def _write_files(trace: Trace, out: Path, files: dict[int, _File], written: list
                 "role": role,
                 "name": name,
                 "dp_rank": rank,
+                "tp_rank": tp_rank,
                 "record": record,
                 "exitcode": 0,
             }

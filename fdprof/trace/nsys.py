@@ -37,7 +37,7 @@ from fdprof.errors import FdprofError
 from fdprof.trace import limits
 from fdprof.trace.assemble import assemble
 from fdprof.trace.attrs import AttrsBuilder
-from fdprof.trace.model import Trace
+from fdprof.trace.model import SYNC_COLUMNS, Trace, numpy_dtype
 from fdprof.trace.nsys_projection import host_waits, project
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -561,11 +561,7 @@ def _assemble(trace: Trace, rows: _Rows, procs: dict[int, str], offset: int, anc
         "role": np.full(len(start), "", dtype=object),
         "trace_id": np.full(len(start), None, dtype=object),
     }
-    syncs = {
-        k: cat(rows.syncs, k, object if k in ("op", "obj", "lane") else bool if k == "keyed"
-               else np.int64)
-        for k in ("op", "obj", "seq", "keyed", "time", "pid", "tid", "lane", "span_id")
-    }  # fmt: skip
+    syncs = {k: cat(rows.syncs, k, numpy_dtype("syncs", k)) for k in SYNC_COLUMNS}
     syncs["time"] = syncs["time"] + offset
     processes = {
         "pid": list(procs),
@@ -573,6 +569,7 @@ def _assemble(trace: Trace, rows: _Rows, procs: dict[int, str], offset: int, anc
         "name": list(procs.values()),
         "anchored": [anchored] * len(procs),
         "dp_rank": [-1] * len(procs),
+        "tp_rank": [-1] * len(procs),
     }
     assemble(trace, spans, rows.attrs.build(), syncs, processes)
     unended = int((end == -1).sum())

@@ -196,7 +196,8 @@ def read_nvtx_capture(path: str | Path) -> Trace:
                 "role": [str(procs.get(c.pid, {}).get("role", "")) for c in caps],
                 "name": [str(procs.get(c.pid, {}).get("name", "")) for c in caps],
                 "anchored": [True for _ in caps],
-                "dp_rank": [C.dp_rank(procs.get(c.pid, {}).get("dp_rank")) for c in caps],
+                "dp_rank": [C.rank(procs.get(c.pid, {}).get("dp_rank")) for c in caps],
+                "tp_rank": [C.rank(procs.get(c.pid, {}).get("tp_rank")) for c in caps],
             },
         ),
         meta={

@@ -36,7 +36,7 @@ from fdprof.trace.assemble import assemble
 from fdprof.trace.attrs import AttrsBuilder
 from fdprof.trace.chrome import SPAN_LANE, SPAN_ROLE
 from fdprof.trace.jsonstream import Stream, open_text
-from fdprof.trace.model import Trace, rows
+from fdprof.trace.model import SYNC_COLUMNS, Trace, numpy_dtype, rows
 
 THREAD_ID = S.THREAD_ID
 PROCESS_PID = S.PROCESS_PID
@@ -277,9 +277,7 @@ class _Reader:
         self.attrs = AttrsBuilder()
         #: this request's attribute values by key, typed when the request is done
         self.pending: dict[str, tuple[list[int], list[Any]]] = {}
-        self.syncs: dict[str, list] = {
-            k: [] for k in ("op", "obj", "seq", "keyed", "time", "pid", "tid", "lane", "span_id")
-        }
+        self.syncs: dict[str, list] = {k: [] for k in SYNC_COLUMNS}
         self.procs: dict[int, dict[str, Any]] = {}
         #: pid -> the resource's attributes, as the file gave them (less the file-only ones)
         self.resources: dict[int, dict[str, Any]] = {}
@@ -304,7 +302,8 @@ class _Reader:
                     "role": role,
                     "name": str(res.get(PROCESS_NAME, res.get(SERVICE_NAME, pid))),
                     "anchored": bool(res.get(PROCESS_ANCHORED, False)),
-                    "dp_rank": C.dp_rank(res.get(C.DP_RANK)),
+                    "dp_rank": C.rank(res.get(C.DP_RANK)),
+                    "tp_rank": C.rank(res.get(C.TP_RANK)),
                 }
                 self.resources[pid] = {k: v for k, v in res.items() if k not in _FILE_ONLY}
             for ss in _list(rs.get("scopeSpans", rs.get("scope_spans")), "scopeSpans"):
@@ -429,17 +428,14 @@ def read(path: Path) -> Trace:
         k: np.array(v, dtype=object if k in ("name", "role", "trace_id", "lane") else np.int64)
         for k, v in reader.spans.items()
     }
-    syncs = {
-        k: np.array(v, dtype=object if k in ("op", "obj", "lane") else bool if k == "keyed"
-                    else np.int64)
-        for k, v in reader.syncs.items()
-    }  # fmt: skip
+    syncs = {k: np.array(v, dtype=numpy_dtype("syncs", k)) for k, v in reader.syncs.items()}
     processes = {
         "pid": procs,
         "role": [reader.procs[p]["role"] for p in procs],
         "name": [reader.procs[p]["name"] for p in procs],
         "anchored": [reader.procs[p]["anchored"] for p in procs],
         "dp_rank": [reader.procs[p]["dp_rank"] for p in procs],
+        "tp_rank": [reader.procs[p]["tp_rank"] for p in procs],
     }
     trace = assemble(trace, spans, reader.attrs.build(), syncs, processes)
     trace.meta["resources"] = reader.resources

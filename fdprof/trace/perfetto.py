@@ -88,13 +88,13 @@ def write(trace: Trace, path: str | Path) -> None:
             first = False
 
         role_of = dict(zip(procs["pid"].tolist(), procs["role"].tolist(), strict=True))
-        proc_cols = ["pid", "role", "name", "anchored", "dp_rank"]
-        for pid, role, name, anchored, rank in rows(procs, proc_cols):
+        proc_cols = ["pid", "role", "name", "anchored", "dp_rank", "tp_rank"]
+        for pid, role, name, anchored, rank, tp_rank in rows(procs, proc_cols):
             emit(
                 f'{{"ph":"M","name":"process_name","pid":{pid},"args":{{"name":'
                 f"{encode_basestring(str(name))},{encode_basestring(K.PROC_ROLE)}:"
                 f'{encode_basestring(str(role))},"{K.PROC_ANCHORED}":{str(bool(anchored)).lower()}'
-                f',"{C.DP_RANK}":{int(rank)}}}}}'
+                f',"{C.DP_RANK}":{int(rank)},"{C.TP_RANK}":{int(tp_rank)}}}}}'
             )
         for pid, labels in display.get(K.PROCESS_LABELS, {}).items():
             emit(f'{{"ph":"M","name":"process_labels","pid":{pid},"args":{{"labels":'

@@ -15,6 +15,13 @@ class TraceBuilder:
     accesses: list[dict[str, Any]] = field(default_factory=list)
     syncs: list[dict[str, Any]] = field(default_factory=list)
     attrs: list[dict[str, Any]] = field(default_factory=list)
+    processes: list[dict[str, Any]] = field(default_factory=list)
+
+    def process(self, pid: int, dp_rank: int = -1, tp_rank: int = -1, role: str = "") -> None:
+        """A ``processes`` row (a trace without any has none, as a foreign one may)."""
+        name = f"{role or 'process'}-{pid}"
+        self.processes.append({"pid": pid, "role": role, "name": name, "anchored": True,
+                               "dp_rank": dp_rank, "tp_rank": tp_rank})  # fmt: skip
 
     def span(
         self,
@@ -78,4 +85,5 @@ class TraceBuilder:
             accesses=frame("accesses", cols("accesses", self.accesses)),
             syncs=frame("syncs", cols("syncs", self.syncs)),
             attrs=attrs.build(),
+            processes=frame("processes", cols("processes", self.processes)),
         )

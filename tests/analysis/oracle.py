@@ -6,6 +6,7 @@ detector, so that agreement on random traces means something.
 
 from __future__ import annotations
 
+import fnmatch
 import os
 
 from fdprof.trace.model import Trace
@@ -19,12 +20,15 @@ def oracle(trace: Trace) -> dict[str, set]:
     {(kind, lane)} — span pairs as (smaller id, larger id) — and ``cyclic``: whether the sync
     graph has a cycle (the detector then drops an edge, which this does not model)."""
     syncs = trace.syncs.reset_index(drop=True)
+    broken = broken_holds(syncs)
+    untrusted = {obj for obj, _, _ in broken}
     ev = [
         {"row": i, "op": r.op, "seq": int(r.seq), "keyed": bool(r.keyed), "time": int(r.time),
          "lane": str(r.lane),
          # in-process mutexes: one object per process
          "obj": f"{r.obj}/{r.pid}" if str(r.obj).startswith("mutex:") else str(r.obj)}
         for i, r in enumerate(syncs.itertuples())
+        if r.obj not in untrusted  # a broken lock's edges are no order
     ]  # fmt: skip
     succ: dict[int, set[int]] = {e["row"]: set() for e in ev}
     gaps: set = set()
@@ -89,7 +93,24 @@ def oracle(trace: Trace) -> dict[str, set]:
                     alarms.add(pair)
             else:
                 races.add((*pair, overlapped))
-    return {"races": races, "alarms": alarms, "gaps": gaps, "cyclic": cyclic}
+    return {"races": races, "alarms": alarms, "gaps": gaps, "cyclic": cyclic, "broken": broken}
+
+
+def broken_holds(syncs) -> set:
+    """{(obj, hold, hold)} for every two holds of one ``lock:*`` object on different lanes
+    that overlap in time; a hold is (lane, start, end): an acquire and the lane's next event
+    of that object, if a release."""
+    events = sorted(((str(r.obj), str(r.lane), int(r.time), i, r.op)
+                     for i, r in enumerate(syncs.itertuples())
+                     if fnmatch.fnmatchcase(str(r.obj), "lock:*")))  # fmt: skip
+    holds = [(a[0], (a[1], a[2], b[2])) for a, b in zip(events, events[1:], strict=False)
+             if a[:2] == b[:2] and a[4] == "acquire" and b[4] == "release"]  # fmt: skip
+    out = set()
+    for obj, h in holds:
+        for obj2, g in holds:
+            if obj == obj2 and h[0] != g[0] and h[1] < g[2] and g[1] < h[2] and h < g:
+                out.add((obj, h, g))
+    return out
 
 
 def _reachable(start: int, succ) -> set[int]:
@@ -132,6 +153,8 @@ def agrees(trace: Trace) -> bool | None:
         "alarms": {(min(a, b), max(a, b)) for a, b in report.alarms[["span_a", "span_b"]]
                    .to_numpy().tolist()},
         "gaps": {(k, lane) for k, lane in report.gaps[["kind", "lane"]].to_numpy().tolist()},
+        "broken": {(o, *sorted([(la, sa, ea), (lb, sb, eb)]))
+                   for o, la, sa, ea, lb, sb, eb in report.broken_locks.to_numpy().tolist()},
     }  # fmt: skip
     assert got == expected
     return True

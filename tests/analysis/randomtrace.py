@@ -15,7 +15,8 @@ from fdprof.trace.model import Trace
 from .builder import TraceBuilder
 
 SEQ_OBJS = ("queue:a", "signal:b")
-SEQLESS_OBJS = ("lock:kv", "mutex:m")
+LOCK = "lock:kv"
+SEQLESS_OBJS = (LOCK, "mutex:m")
 LAYERS = ((-1, -1), (0, 1), (1, 2), (0, 2))
 I64 = (-(2**63), 2**63 - 1)
 #: seqs every mapping draws from first: the extremes and the values packing got wrong
@@ -35,14 +36,17 @@ def _seq_values(rng: random.Random, count: int) -> list[int]:
 
 def random_trace(seed: int, family: str = "mixed") -> Trace:
     """``mixed``: every object kind, some lanes skewed; ``skewed``: keyed objects only, every
-    lane's clock skewed; ``locks``: mostly seq-less objects (time-ordered pairing)."""
+    lane's clock skewed; ``locks``: mostly seq-less objects (time-ordered pairing). The lock
+    mostly excludes (holds of ``lock:kv`` on two lanes overlap now and then: a broken lock);
+    ``mutex:m`` events are drawn freely."""
     rng = random.Random(seed)
     lanes = [f"{1 + i % 2}/{i + 1}" for i in range(rng.randint(2, 4))]  # threads share pids
     p_skew = {"mixed": 0.3, "skewed": 1.0, "locks": 0.0}[family]
     objs = {"mixed": SEQ_OBJS + SEQLESS_OBJS, "skewed": SEQ_OBJS,
             "locks": SEQLESS_OBJS + SEQLESS_OBJS + SEQ_OBJS[:1]}[family]  # fmt: skip
     skew = {lane: rng.randint(-6, 6) if rng.random() < p_skew else 0 for lane in lanes}
-    keyed_objs = SEQ_OBJS + tuple(f"queue:q{i}" for i in range(rng.choice((0, 0, 3, 12))))
+    many = 0 if family == "locks" else rng.choice((0, 0, 3, 12))  # locks stay frequent there
+    keyed_objs = SEQ_OBJS + tuple(f"queue:q{i}" for i in range(many))
     objs += keyed_objs[len(SEQ_OBJS) :]
     shared = _seq_values(rng, 32)
     seq_of = {o: shared if rng.random() < 0.7 else _seq_values(rng, 32) for o in keyed_objs}
@@ -63,9 +67,28 @@ def random_trace(seed: int, family: str = "mixed") -> Trace:
             for _ in range(rng.randint(1, 3))
         ]  # fmt: skip
 
+    holds: dict[str, int] = {}  # lane -> when its hold of LOCK ends
+
+    def end_holds(until: float) -> None:
+        for lane, end in sorted(holds.items()):
+            if end <= until:
+                b.release(LOCK, end + skew[lane], lane)
+                del holds[lane]
+
+    def lock_discipline(op: str, lane: str) -> bool:
+        """Whether ``lane`` records this lock event itself: an acquire starts a hold (its
+        release comes a few ticks later), mostly when the lock is free, sometimes while
+        another lane holds it (a broken lock: a descriptor shared by threads); a release
+        outside a hold now and then (a stray one)."""
+        if op == "acq" and lane not in holds and (not holds or rng.random() < 0.5):
+            holds[lane] = t + rng.randint(0, 6)
+            return True
+        return op == "rel" and rng.random() < 0.1
+
     for _ in range(rng.randint(1, 24)):
         lane = rng.choice(lanes)
         t += rng.choice((0, 1, 1, 2))
+        end_holds(t)
         op = rng.choice(("open", "close", "span", "span", "rel", "rel", "acq", "acq"))
         if op == "open":
             open_spans[lane].append((t, some_accesses()))
@@ -76,6 +99,8 @@ def random_trace(seed: int, family: str = "mixed") -> Trace:
             new_span(lane, t, t + rng.randint(0, 3), some_accesses())
         elif op in ("rel", "acq"):
             obj = rng.choice(objs)
+            if obj == LOCK and not lock_discipline(op, lane):
+                continue
             if obj in SEQLESS_OBJS:
                 seq = None
             elif op == "rel":
@@ -85,6 +110,7 @@ def random_trace(seed: int, family: str = "mixed") -> Trace:
             else:
                 seq = seq_of[obj][rng.randint(0, next_seq[obj])]
             (b.release if op == "rel" else b.acquire)(obj, t + skew[lane], lane, seq)
+    end_holds(t if rng.random() < 0.3 else float("inf"))  # some holds never end
     for lane, stack in open_spans.items():
         for start, acc in stack:
             new_span(lane, start, -1 if rng.random() < 0.5 else t + 1, acc)

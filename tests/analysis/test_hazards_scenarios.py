@@ -12,14 +12,16 @@ from .scenarios import ENGINE, TRANSFER, WORKER, swap_in_then_execute
 A, B = "1/1", "2/1"
 
 
+#: the counts of a clean report
+CLEAN = dict.fromkeys(("races", "latent", "overlaps", "clock_alarms", "gaps", "broken_locks"), 0)
+
+
 def counts(trace, **kw):
     return find_hazards(trace, **kw).counts
 
 
 def test_correct_swap_protocol_is_clean():
-    assert counts(swap_in_then_execute()) == {
-        "races": 0, "latent": 0, "overlaps": 0, "clock_alarms": 0, "gaps": 0,
-    }  # fmt: skip
+    assert counts(swap_in_then_execute()) == CLEAN
 
 
 def test_no_wait_swap_in_is_a_race_even_without_overlap():
@@ -108,9 +110,7 @@ def test_same_lane_accesses_are_ordered():
     b = TraceBuilder()
     b.span(A, "execute_model", 1, 10, writes=(3,))
     b.span(A, "execute_model", 5, 20, writes=(3,))
-    assert counts(b.build()) == dict.fromkeys(
-        ("races", "latent", "overlaps", "clock_alarms", "gaps"), 0
-    )
+    assert counts(b.build()) == CLEAN
 
 
 @pytest.mark.parametrize(("other", "race"), [((2, 4), False), ((1, 3), True), ((-1, -1), True)])
@@ -235,6 +235,7 @@ def test_dp_groups_have_their_own_blocks_and_channels():
         "pid": [10, 11, 20, 21], "role": ["engine", "worker"] * 2,
         "name": ["engine-0", "worker-0", "engine-1", "worker-1"], "anchored": [True] * 4,
     }  # fmt: skip
+    procs["tp_rank"] = [-1] * 4
     trace.processes = frame("processes", procs | {"dp_rank": [-1] * 4})
     trace.meta["config"] = {"dp": 2}
     assert counts(trace)["races"] > 0  # neither names nor the config make groups: ranks do
@@ -251,8 +252,7 @@ def test_seqs_at_the_ends_of_int64_pair_exactly():
         b.release("signal:done", 12, A, 2**63 - 1 if seq != 2**63 - 1 else 0)
         b.acquire("signal:done", 20, B, seq)
         b.span(B, "execute_model", 21, 30, reads=(7,))
-        assert counts(b.build()) == {"races": 0, "latent": 0, "overlaps": 0,
-                                     "clock_alarms": 0, "gaps": 0}, seq  # fmt: skip
+        assert counts(b.build()) == CLEAN, seq
 
 
 def test_an_acquire_never_pairs_with_another_objects_release():
@@ -278,3 +278,48 @@ def test_a_keyed_seq_of_minus_one_is_matched_exactly_not_in_time_order():
     assert counts(b.build())["races"] == 1
     b.release("queue:a", 12, A, -1)
     assert counts(b.build())["races"] == 0
+
+
+def _two_shards(tp: tuple[int, int], dp: tuple[int, int] = (0, 0)):
+    """Two transfer processes each writing block 12 of their own pool, unordered."""
+    b = TraceBuilder()
+    for pid, d, t in ((10, dp[0], tp[0]), (20, dp[1], tp[1])):
+        b.process(pid, d, t, "transfer")
+    b.span("10/1", "swap", 0, 10, writes=(12,))
+    b.span("20/1", "swap", 2, 12, writes=(12,))
+    return b
+
+
+def test_equal_block_ids_of_two_tp_ranks_are_different_memory():
+    assert counts(_two_shards((0, 1)).build())["races"] == 0
+    assert counts(_two_shards((1, 1)).build())["races"] == 1  # same rank: one pool
+    assert counts(_two_shards((0, 0), dp=(0, 1)).build())["races"] == 0
+    assert counts(_two_shards((0, 0), dp=(1, 1)).build())["races"] == 1
+    report = find_hazards(_two_shards((1, 1), dp=(0, 1)).build())
+    assert report.counts["races"] == 0
+
+
+def test_a_process_of_unknown_tp_rank_may_touch_any_shard_of_its_group():
+    b = _two_shards((0, 1))
+    b.process(30, 0, -1, "engine")
+    b.span("30/1", "evict", 4, 6, reads=(12,))
+    report = find_hazards(b.build())
+    # the engine's read races with both ranks' writes; the ranks' writes do not race
+    assert sorted(map(tuple, report.races[["span_a", "span_b"]].to_numpy().tolist())) == [
+        (1, 3), (2, 3)]  # fmt: skip
+    assert report.accesses == 3
+    assert sorted(report.races["blocks"].sum()) == ["gpu@tp0:12", "gpu@tp1:12"]
+
+
+def test_collectives_pair_across_dp_groups_and_channels_do_not():
+    # a worker of each DP group: an EP all-to-all joins them; their queues are their own
+    b = TraceBuilder()
+    b.process(10, 0, -1, "worker")
+    b.process(20, 1, -1, "worker")
+    b.span("10/1", "execute_model", 0, 10)
+    b.release("collective:ep/rank0", 11, "10/1", 1)
+    b.acquire("collective:ep/rank0", 20, "20/1", 1)
+    b.release("queue:batch", 12, "10/1", 5)
+    b.acquire("queue:batch", 21, "20/1", 5)
+    report = find_hazards(b.build())
+    assert report.gaps["obj"].tolist() == ["queue:batch@dp1"]  # no release in group 1

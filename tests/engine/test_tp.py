@@ -49,11 +49,6 @@ def test_each_tp_rank_has_its_transfer_process_and_shard(tp_run):
     assert spans["worker", 1]["execute_model"] == spans["worker", 0]["execute_model"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the detector scopes KV pools by DP group only: equal block ids of TP ranks 0 and 1 "
-    "are compared (the analysis lane scopes them by (dp, tp))",
-)
 def test_tp_run_has_no_race(tp_run):
     _, run_dir = tp_run
     assert find_hazards(load(run_dir)).counts["races"] == 0

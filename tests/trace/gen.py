@@ -91,6 +91,7 @@ def traces(draw) -> Trace:
         "name": [f"{roles[p]}-{p}" for p in pids],
         "anchored": [True] * len(pids),
         "dp_rank": [draw(st.integers(-1, 3)) for _ in pids],
+        "tp_rank": [draw(st.integers(-1, 3)) for _ in pids],
     }
     typed = AttrsBuilder()
     for key, (ids, values) in attrs.items():

@@ -14,7 +14,7 @@ from fdprof.analysis.hazards import find_hazards
 from fdprof.trace import load, save
 from fdprof.trace.assemble import assemble
 from fdprof.trace.attrs import AttrsBuilder
-from fdprof.trace.model import Trace
+from fdprof.trace.model import SYNC_COLUMNS, Trace, numpy_dtype
 
 
 def test_semconv_builds_scoped_lane_names():
@@ -89,11 +89,9 @@ def _two_process_trace() -> Trace:
         "role": np.array(["", ""], dtype=object),
         "trace_id": np.array([None, None], dtype=object),
     }
-    syncs = {k: np.zeros(0, dtype=object if k in ("op", "obj", "lane") else np.int64)
-             for k in ("op", "obj", "seq", "time", "pid", "tid", "lane", "span_id")}  # fmt: skip
-    syncs["keyed"] = np.zeros(0, dtype=bool)
+    syncs = {k: np.zeros(0, dtype=numpy_dtype("syncs", k)) for k in SYNC_COLUMNS}
     processes = {"pid": [1, 2], "role": ["", ""], "name": ["a", "b"], "anchored": [True, True],
-                 "dp_rank": [-1, -1]}  # fmt: skip
+                 "dp_rank": [-1, -1], "tp_rank": [-1, -1]}  # fmt: skip
     return assemble(trace, spans, attrs.build(), syncs, processes)
 
 
