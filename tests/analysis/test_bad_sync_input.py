@@ -35,7 +35,8 @@ def _run(argv: list[str]) -> tuple[int, list[str]]:
     err = io.StringIO()
     with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
         rc = main(argv)
-    return rc, err.getvalue().splitlines()
+    # a hand-built trace has no clock anchors: that warning is not about its syncs
+    return rc, [line for line in err.getvalue().splitlines() if "no clock anchor" not in line]
 
 
 def chrome_file(tmp_path, args: dict):
