@@ -185,7 +185,7 @@ def write_synthetic(run_dir: Path, spans: int, procs: int = 4) -> None:
             extra += R.ATTR_INTS.pack(sid, 5, 4) + blocks
             extra += R.RECORD_HEADER.pack(R.Kind.SYNC, 0, R.SYNC.size, pid)
             extra += R.SYNC.pack(sid, 6, R.SyncOp.ACQUIRE, j, 1_700_000_000_000_000_000 + j * 1000)
-        head = R.FILE_HEADER.pack(R.MAGIC, pid, 0, 0, b"worker")
+        head = R.pack_header(pid, 0, 0, "worker", -1, -1)
         name = f"worker-{p}-{pid}.rec"
         with open(run_dir / name, "wb") as f:
             f.write(head + strings)
