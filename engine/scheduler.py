@@ -49,7 +49,8 @@ class Request:
 
 
 class Scheduler:
-    """``wait_for_room(n)``, if given, blocks until eviction has tried to free ``n`` device
+    """The requests ``specs`` arrive when the scheduler is made (their ``request`` spans begin).
+    ``wait_for_room(n)``, if given, blocks until eviction has tried to free ``n`` device
     blocks: a request that does not fit waits for it once before admission gives up for this
     step, as FastDeploy's scheduler waits when the device pool is short."""
 

@@ -164,13 +164,13 @@ def serve(ctx: ProcessContext) -> EngineStats:
     port = TransferPort(ctx.queues.swap, signals, control)
     cache = CacheManager(ctx.cfg, ctx.rank, port, cache_manager_lock(ctx))
     eviction = BackgroundEviction(cache)
-    sched = Scheduler(
-        ctx.cfg, ctx.rank, make_requests(ctx.cfg, ctx.rank), cache, eviction.wait_for_room
-    )
+    specs = make_requests(ctx.cfg, ctx.rank)
     ctx.report("ready", "engine")
     while not ctx.go.wait(0.1):
         if control.stopping:
             raise Stopped
+    # the requests arrive now (their spans begin here), once every process is up
+    sched = Scheduler(ctx.cfg, ctx.rank, specs, cache, eviction.wait_for_room)
     eviction.start()
     try:
         step_ns = run_steps(sched, eviction, ctx, control)

@@ -60,13 +60,16 @@ def test_faults_corrupt_most_runs_and_races_are_found_without_overlap(fault_outc
 
 
 @pytest.mark.parametrize("seed", SEEDS)
-@pytest.mark.parametrize("kv_lock", ["ipc", "none"])
+@pytest.mark.parametrize("kv_lock", ["ipc", "ipc-per-thread", "none"])
 def test_correct_runs_have_no_race(tmp_path, kv_lock, seed):
     results, trace = _run(tmp_path, kv_lock=kv_lock, seed=seed)
     assert results["swaps"]["to_cpu"] > 0 and results["swaps"]["to_gpu"] > 0
     assert results["integrity"]["mismatches"] == 0
-    hazards = find_hazards(trace)
-    assert hazards.counts == {"races": 0, "latent": 0, "overlaps": 0, "clock_alarms": 0,
-                              "gaps": 0, "broken_locks": 0}  # fmt: skip
+    counts = find_hazards(trace).counts
+    # the baseline's lock, one descriptor shared by two threads as in FastDeploy, may be seen
+    # not to exclude (a broken-lock alarm); the corrected lock never is
+    broken = counts.pop("broken_locks")
+    assert broken == 0 or kv_lock == "ipc"
+    assert counts == {"races": 0, "latent": 0, "overlaps": 0, "clock_alarms": 0, "gaps": 0}
     if kv_lock == "ipc":
         assert what_if_drop_lock(trace).safe

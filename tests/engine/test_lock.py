@@ -14,8 +14,11 @@ import pytest
 
 from engine.ipc import KvLock, PerThreadKvLock, RunPaths
 from fdprof import probe
+from fdprof.analysis.hazards import find_hazards
 from fdprof.probe import ProbeConfig
 from fdprof.probe import records as R
+from fdprof.probe.run_manifest import write_run_manifest
+from fdprof.trace import load
 
 
 @pytest.fixture
@@ -135,32 +138,39 @@ def test_per_thread_lock_excludes_threads_and_processes(paths):
     lock.close()
 
 
-def test_each_hold_is_recorded_on_its_holders_lane(tmp_path, paths):
-    """What the detector's broken-lock alarm reads: with the shared descriptor the two threads'
-    holds of lock:kv/dp0 overlap in time, on two lanes."""
+@pytest.mark.parametrize("shared", [True, False], ids=["ipc", "ipc-per-thread"])
+def test_each_hold_is_recorded_and_the_detector_sees_which_lock_excludes(tmp_path, paths, shared):
+    """Each hold is an acquire and a release of lock:kv/dp0 on its holder's lane. With the
+    shared descriptor the two threads' holds overlap, and the detector's broken-lock alarm
+    says so; with a descriptor per thread they follow each other, and it says nothing."""
     probe.configure(ProbeConfig(run_dir=str(tmp_path)), "engine", 0)
     try:
-        lock = KvLock(paths, 0, "cache_manager")
+        lock = (KvLock if shared else PerThreadKvLock)(paths, 0, "cache_manager")
         a = _Holder(lock)
         b = _Holder(lock, after=a.holding)
         a.start(), b.start()
-        b.holding.wait(10)
+        assert a.holding.wait(10)
+        assert b.holding.wait(0.3) == shared
         a.let_go.set()
         a.join(10)
+        assert b.holding.wait(10)
         b.let_go.set()
         b.join(10)
         lock.close()
     finally:
         probe.shutdown()
     (rec,) = tmp_path.glob("engine-0-*.rec")
-    data = rec.read_bytes()
     strings, events = {}, []
-    for kind, _flags, tid, fields, _ in R.iter_records(data):
+    for kind, _flags, tid, fields, _ in R.iter_records(rec.read_bytes()):
         if kind == R.Kind.STRING:
             strings[fields[0]] = fields[1]
         elif kind == R.Kind.SYNC and strings[fields[1]] == "lock:kv/dp0":
             events.append((fields[4], R.SyncOp(fields[2]).name.lower(), tid))
     ops = [(op, tid) for _, op, tid in sorted(events)]
-    ta, tb = ops[0][1], ops[1][1]
+    ta, tb = ops[0][1], ops[-1][1]
     assert ta != tb
-    assert ops == [("acquire", ta), ("acquire", tb), ("release", ta), ("release", tb)]
+    overlapping = [("acquire", ta), ("acquire", tb), ("release", ta), ("release", tb)]
+    in_turn = [("acquire", ta), ("release", ta), ("acquire", tb), ("release", tb)]
+    assert ops == (overlapping if shared else in_turn)
+    write_run_manifest(tmp_path, status="ok")
+    assert find_hazards(load(tmp_path)).counts["broken_locks"] == (1 if shared else 0)
