@@ -62,6 +62,10 @@ class HazardReport:
     #: pairs of holds of one lock overlapping in time on different lanes
     #: (:func:`fdprof.analysis.locks.broken_locks`): the lock did not exclude
     broken_locks: pd.DataFrame = field(default_factory=no_broken_locks)
+    #: with ``--predict`` (:func:`fdprof.analysis.predict.predict_races`): conflicting span
+    #: pairs happens-before orders only through a lock's schedule (WCP does not); None: not
+    #: asked. Not races of this run, and not in ``clean``
+    predicted: pd.DataFrame | None = None
 
     @property
     def untrusted_locks(self) -> tuple[str, ...]:
@@ -87,7 +91,7 @@ class HazardReport:
             "clock_alarms": len(self.alarms),
             "gaps": len(self.gaps),
             "broken_locks": len(self.broken_locks),
-        }
+        } | ({} if self.predicted is None else {"predicted": len(self.predicted)})
 
     @property
     def clean(self) -> bool:
@@ -110,13 +114,64 @@ class HazardReport:
             "broken_locks": json_records(self.broken_locks),
             "untrusted_locks": list(self.untrusted_locks),
             "checked": {"accesses": self.accesses, "lanes": len(self.lanes)},
-        }
+        } | ({} if self.predicted is None else {
+            "predicted_races": json_records(self.predicted),
+            "predicted_kinds": json_records(race_kinds(self.predicted))})  # fmt: skip
 
 
 def find_hazards(trace: Trace, drop_objects: Iterable[str] = ()) -> HazardReport:
     """Races, clock alarms, gaps and broken locks of ``trace``; sync objects matching any glob
     in ``drop_objects`` (e.g. ``"lock:*"``) are ignored, as if their edges were never there,
     and so are the edges of a lock whose holds overlapped on two lanes (a broken lock)."""
+    return prepare(trace, drop_objects).report()
+
+
+@dataclass
+class Prepared:
+    """What :func:`find_hazards` has in hand before it looks for races: the syncs it trusts
+    (scoped, broken locks and dropped objects gone), each acquire's release (``src``, after
+    cycle breaking), the lanes, their happens-before clocks and the access table. The hook
+    for analyses that order the same accesses differently (:mod:`fdprof.analysis.predict`)."""
+
+    spans: pd.DataFrame
+    syncs: pd.DataFrame
+    src: np.ndarray
+    lanes: pd.Index
+    clocks: _LaneClocks
+    acc: dict
+    gaps: list[dict[str, Any]]
+    dropped: tuple[str, ...]
+    broken: pd.DataFrame
+
+    def unordered(self, clocks: _LaneClocks | Any) -> tuple[np.ndarray, ...]:
+        """(x, y) access pairs that conflict and are unordered by ``clocks`` (any object with
+        per-lane ``times``, ``vc`` and ``release_times``, monotone along each lane), then the
+        pairs that conflict and overlap in time."""
+        times = np.unique(np.concatenate([self.acc["start"], self.acc["end"], clocks.all_times()]))
+        return _candidate_pairs(self.acc, clocks, _Ranker(times), len(self.lanes))
+
+    def pairs(self, x: np.ndarray, y: np.ndarray) -> pd.DataFrame:
+        """Access pairs as span pairs (:data:`PAIR_COLUMNS`)."""
+        return _pairs_frame(self.spans, x, y, self.acc)
+
+    def report(self) -> HazardReport:
+        gaps, lanes = _gap_frame(self.gaps), tuple(self.lanes)
+        if self.acc["n"] == 0:
+            empty_pairs = self.pairs(np.empty(0, int), np.empty(0, int))
+            return HazardReport(empty_pairs, empty_pairs.drop(columns="overlapped"), gaps,
+                                self.dropped, lanes, self.acc["checked"], self.broken)  # fmt: skip
+        racy_x, racy_y, over_x, over_y = self.unordered(self.clocks)
+        n = self.acc["n"]
+        alarm = ~np.isin(over_x * n + over_y, racy_x * n + racy_y)
+        races = self.pairs(racy_x, racy_y)
+        alarms = self.pairs(over_x[alarm], over_y[alarm])
+        return HazardReport(races, alarms.drop(columns="overlapped"), gaps, self.dropped, lanes,
+                            self.acc["checked"], self.broken)  # fmt: skip
+
+
+def prepare(trace: Trace, drop_objects: Iterable[str] = ()) -> Prepared:
+    """The trusted syncs, their pairing, happens-before clocks and the access table of
+    ``trace`` (see :func:`find_hazards`)."""
     spans = require(trace.spans, "spans", SPAN_NEEDS)
     accesses = require(trace.accesses, "accesses", ACCESS_NEEDS)
     syncs = require(trace.syncs, "syncs", SYNC_NEEDS)
@@ -143,32 +198,10 @@ def find_hazards(trace: Trace, drop_objects: Iterable[str] = ()) -> HazardReport
     src, pair_gaps = pair_syncs(syncs)
     gaps += pair_gaps
     clocks = _LaneClocks(syncs, src, lanes, gaps)
-
     acc, orphan_gaps = _access_table(spans, accesses, lanes, ranks)
     gaps += orphan_gaps
     gaps += _truncation_gaps(spans)
-    if acc["n"] == 0:
-        empty_pairs = _pairs_frame(spans, np.empty(0, int), np.empty(0, int), acc)
-        return HazardReport(
-            empty_pairs,
-            empty_pairs.drop(columns="overlapped"),
-            _gap_frame(gaps),
-            dropped,
-            tuple(lanes),
-            acc["checked"],
-            broken,
-        )
-
-    times = np.unique(np.concatenate([acc["start"], acc["end"], clocks.all_times()]))
-    rank = _Ranker(times)
-    racy_x, racy_y, over_x, over_y = _candidate_pairs(acc, clocks, rank, len(lanes))
-    n = acc["n"]
-    racy_code = racy_x * n + racy_y
-    alarm = ~np.isin(over_x * n + over_y, racy_code)
-    races = _pairs_frame(spans, racy_x, racy_y, acc)
-    alarms = _pairs_frame(spans, over_x[alarm], over_y[alarm], acc)
-    return HazardReport(races, alarms.drop(columns="overlapped"), _gap_frame(gaps), dropped,
-                        tuple(lanes), acc["checked"], broken)  # fmt: skip
+    return Prepared(spans, syncs, clocks.src, lanes, clocks, acc, gaps, dropped, broken)
 
 
 KIND_KEYS = ["name_a", "role_a", "name_b", "role_b", "modes"]
@@ -338,8 +371,12 @@ class _LaneClocks:
         order = np.lexsort((np.arange(n), time, lane))
         bounds = np.searchsorted(lane[order], np.arange(k + 1))
         lane_rows = [order[bounds[i] : bounds[i + 1]] for i in range(k)]
-        vc = self._propagate([r.tolist() for r in lane_rows], is_rel.tolist(), src.tolist(),
-                             syncs, gaps)  # fmt: skip
+        pairing = src.tolist()
+        vc = self._propagate([r.tolist() for r in lane_rows], is_rel.tolist(), pairing, syncs,
+                             gaps)  # fmt: skip
+        #: each acquire's release as the clocks used it (a cycle's dropped edge is -1)
+        self.src = np.asarray(pairing, dtype=np.int64)
+        self.lane_rows = lane_rows
         self.times = [time[r] for r in lane_rows]
         self.vc = [vc[r] for r in lane_rows]
         self.release_times = [time[r][is_rel[r]] for r in lane_rows]
