@@ -57,8 +57,8 @@ def predict_races(trace, drop_objects: Iterable[str] = ()) -> HazardReport:
     x, y, _, _ = p.unordered(WcpClocks(p))
     wcp = p.pairs(x, y)
     observed = set(zip(report.races["span_a"], report.races["span_b"], strict=True))
-    fresh = np.array([(a, b) not in observed
-                      for a, b in zip(wcp["span_a"], wcp["span_b"], strict=True)], dtype=bool)  # fmt: skip
+    pairs = zip(wcp["span_a"], wcp["span_b"], strict=True)
+    fresh = np.array([pair not in observed for pair in pairs], dtype=bool)
     return replace(report, predicted=wcp[fresh].reset_index(drop=True))
 
 

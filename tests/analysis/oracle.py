@@ -19,47 +19,14 @@ def oracle(trace: Trace) -> dict[str, set]:
     """``races``: {(span_a, span_b, overlapped)}, ``alarms``: {(span_a, span_b)}, ``gaps``:
     {(kind, lane)} — span pairs as (smaller id, larger id) — and ``cyclic``: whether the sync
     graph has a cycle (the detector then drops an edge, which this does not model)."""
-    syncs = trace.syncs.reset_index(drop=True)
-    broken = broken_holds(syncs)
-    untrusted = {obj for obj, _, _ in broken}
-    ev = [
-        {"row": i, "op": r.op, "seq": int(r.seq), "keyed": bool(r.keyed), "time": int(r.time),
-         "lane": str(r.lane),
-         # in-process mutexes: one object per process
-         "obj": f"{r.obj}/{r.pid}" if str(r.obj).startswith("mutex:") else str(r.obj)}
-        for i, r in enumerate(syncs.itertuples())
-        if r.obj not in untrusted  # a broken lock's edges are no order
-    ]  # fmt: skip
+    ev, pairs, gaps, broken = sync_graph(trace)
     succ: dict[int, set[int]] = {e["row"]: set() for e in ev}
-    gaps: set = set()
-    by_lane: dict[str, list[dict]] = {}
-    for e in ev:
-        by_lane.setdefault(e["lane"], []).append(e)
+    by_lane = lanes_of(ev)
     for events in by_lane.values():
-        events.sort(key=lambda e: (e["time"], e["row"]))
         for a, b in zip(events, events[1:], strict=False):
             succ[a["row"]].add(b["row"])
-    releases = [e for e in ev if e["op"] == "release"]
-    seen_unkeyed: set[str] = set()
-    for a in sorted((e for e in ev if e["op"] == "acquire"), key=lambda e: (e["time"], e["row"])):
-        if a["keyed"]:
-            same = [r for r in releases
-                    if r["keyed"] and r["obj"] == a["obj"] and r["seq"] == a["seq"]]  # fmt: skip
-        else:
-            same = [r for r in releases if not r["keyed"] and r["obj"] == a["obj"]]
-        before = [r for r in same if r["time"] <= a["time"]]
-        if before:
-            src = max(before, key=lambda r: (r["time"], r["row"]))
-        elif same and a["keyed"]:
-            src = min(same, key=lambda r: (r["time"], r["row"]))
-        else:
-            src = None
-            if a["keyed"] or a["obj"] in seen_unkeyed:
-                gaps.add(("no_release", a["lane"]))
-        if not a["keyed"]:
-            seen_unkeyed.add(a["obj"])
-        if src is not None:
-            succ[src["row"]].add(a["row"])
+    for src, acq in pairs:
+        succ[src].add(acq)
     reach = {r: _reachable(r, succ) for r in succ}
     cyclic = any(r in _reachable_strict(r, succ) for r in succ)
 
@@ -94,6 +61,56 @@ def oracle(trace: Trace) -> dict[str, set]:
             else:
                 races.add((*pair, overlapped))
     return {"races": races, "alarms": alarms, "gaps": gaps, "cyclic": cyclic, "broken": broken}
+
+
+def sync_graph(trace: Trace) -> tuple[list[dict], list[tuple[int, int]], set, set]:
+    """The trusted sync events (a broken lock's are gone; ``mutex:*`` per process), the
+    pairing edges (release row, acquire row), the pairing gaps and the broken holds."""
+    syncs = trace.syncs.reset_index(drop=True)
+    broken = broken_holds(syncs)
+    untrusted = {obj for obj, _, _ in broken}
+    ev = [
+        {"row": i, "op": r.op, "seq": int(r.seq), "keyed": bool(r.keyed), "time": int(r.time),
+         "lane": str(r.lane),
+         # in-process mutexes: one object per process
+         "obj": f"{r.obj}/{r.pid}" if str(r.obj).startswith("mutex:") else str(r.obj)}
+        for i, r in enumerate(syncs.itertuples())
+        if r.obj not in untrusted  # a broken lock's edges are no order
+    ]  # fmt: skip
+    gaps: set = set()
+    pairs: list[tuple[int, int]] = []
+    releases = [e for e in ev if e["op"] == "release"]
+    seen_unkeyed: set[str] = set()
+    for a in sorted((e for e in ev if e["op"] == "acquire"), key=lambda e: (e["time"], e["row"])):
+        if a["keyed"]:
+            same = [r for r in releases
+                    if r["keyed"] and r["obj"] == a["obj"] and r["seq"] == a["seq"]]  # fmt: skip
+        else:
+            same = [r for r in releases if not r["keyed"] and r["obj"] == a["obj"]]
+        before = [r for r in same if r["time"] <= a["time"]]
+        if before:
+            src = max(before, key=lambda r: (r["time"], r["row"]))
+        elif same and a["keyed"]:
+            src = min(same, key=lambda r: (r["time"], r["row"]))
+        else:
+            src = None
+            if a["keyed"] or a["obj"] in seen_unkeyed:
+                gaps.add(("no_release", a["lane"]))
+        if not a["keyed"]:
+            seen_unkeyed.add(a["obj"])
+        if src is not None:
+            pairs.append((src["row"], a["row"]))
+    return ev, pairs, gaps, broken
+
+
+def lanes_of(ev: list[dict]) -> dict[str, list[dict]]:
+    """Each lane's events in program order (time, then row)."""
+    by_lane: dict[str, list[dict]] = {}
+    for e in ev:
+        by_lane.setdefault(e["lane"], []).append(e)
+    for events in by_lane.values():
+        events.sort(key=lambda e: (e["time"], e["row"]))
+    return by_lane
 
 
 def broken_holds(syncs) -> set:

@@ -115,3 +115,84 @@ def random_trace(seed: int, family: str = "mixed") -> Trace:
         for start, acc in stack:
             new_span(lane, start, -1 if rng.random() < 0.5 else t + 1, acc)
     return b.build()
+
+
+WCP_LOCKS = ("lock:kv", "lock:b")
+
+
+def random_wcp_trace(seed: int) -> Trace:
+    """For the WCP property test: each lane runs a random script — critical sections of one
+    or two nested locks with spans inside and between them, spans outside, and work handed
+    to another lane inside a hold (``queue:a`` out, ``signal:b`` back before the release:
+    hard edges) — and a scheduler interleaves the lanes, taking a lock only while it is free
+    (now and then a stray release), a message only once sent (now and then one not sent
+    yet). Spans touch a few shared blocks; seqs span the int64 range."""
+    rng = random.Random(seed)
+    lanes = [f"{1 + i % 2}/{i + 1}" for i in range(rng.randint(2, 4))]
+    seqs = {o: _seq_values(rng, 32) for o in ("queue:a", "signal:b")}
+    scripts: dict[str, list[tuple]] = {lane: [] for lane in lanes}
+    handoffs = 0
+    for _ in range(rng.randint(2, 7)):
+        lane = rng.choice(lanes)
+        ops = scripts[lane]
+        if rng.random() < 0.3:
+            ops.append(("span",))
+            continue
+        outer, inner = rng.sample(WCP_LOCKS, 2)
+        nested = rng.random() < 0.5
+        ops += [("acq", outer)] + [("span",)] * rng.randint(0, 1)
+        if nested:
+            ops += [("acq", inner)] + [("span",)] * rng.randint(0, 2) + [("rel", inner)]
+        if rng.random() < 0.4 and len(lanes) > 1 and handoffs < 30:
+            helper = rng.choice([x for x in lanes if x != lane])
+            early = rng.random() < 0.03
+            ops += [("send", "queue:a", handoffs), ("recv", "signal:b", handoffs, early)]
+            scripts[helper] += [("recv", "queue:a", handoffs, early), ("span",),
+                                ("send", "signal:b", handoffs)]  # fmt: skip
+            handoffs += 1
+        ops += [("span",)] * rng.randint(0, 2) + [("rel", outer)]
+        ops += [("span",)] * rng.randint(0, 1)
+        if rng.random() < 0.05:
+            ops.append(("stray", rng.choice(WCP_LOCKS)))
+    b = TraceBuilder()
+    holder: dict[str, str] = {}
+    sent: set[tuple[str, int]] = set()
+    pos = dict.fromkeys(lanes, 0)
+    t = 10
+
+    def enabled(lane: str) -> bool:
+        if pos[lane] >= len(scripts[lane]):
+            return False
+        op = scripts[lane][pos[lane]]
+        if op[0] == "acq":
+            return op[1] not in holder
+        if op[0] == "recv":
+            return (op[1], op[2]) in sent or op[3]
+        return True
+
+    while True:
+        ready = [lane for lane in lanes if enabled(lane)]
+        if not ready:
+            break
+        lane = rng.choice(ready)
+        op = scripts[lane][pos[lane]]
+        pos[lane] += 1
+        t += rng.choice((0, 1, 1, 2))
+        if op[0] == "span":
+            sid = b.span(lane, "s", t, t + rng.randint(0, 2))
+            for _ in range(rng.randint(1, 2)):
+                b.access(sid, "gpu", rng.randint(0, 3), rng.choice(("read", "write")),
+                         rng.choice(LAYERS))  # fmt: skip
+            t += rng.randint(0, 2)
+        elif op[0] == "acq":
+            holder[op[1]] = lane
+            b.acquire(op[1], t, lane)
+        elif op[0] in ("rel", "stray"):
+            holder.pop(op[1], None)
+            b.release(op[1], t, lane)
+        elif op[0] == "send":
+            sent.add((op[1], op[2]))
+            b.release(op[1], t, lane, seqs[op[1]][op[2]])
+        else:
+            b.acquire(op[1], t, lane, seqs[op[1]][op[2]])
+    return b.build()
