@@ -18,11 +18,37 @@ from fdprof.errors import FdprofError, missing_extra
 from fdprof.trace import Trace, limits, load
 
 
+class _UsageError(Exception):
+    """A command line argparse refused: :func:`main` says it in one line, exit 2 (and as a
+    JSON error object on stdout when the command line asked for JSON)."""
+
+    def __init__(self, prog: str, message: str) -> None:
+        super().__init__(f"{prog}: error: {message}")
+        self.command = prog.split()[1] if len(prog.split()) > 1 else None
+
+
+class _Formatter(argparse.RawDescriptionHelpFormatter):
+    """``--help`` shows every option's default: ``(default: X)`` after a help text that does
+    not already say it, for options whose default is a value (not None, not a flag's False)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        default = action.default
+        if default in (None, False, argparse.SUPPRESS) or "default" in text:
+            return text
+        shown = " ".join(map(str, default)) if isinstance(default, list | tuple) else default
+        return f"{text} (default: {str(shown).replace('%', '%%')})"
+
+
 class _Parser(argparse.ArgumentParser):
     """Usage errors as one line and exit 2, like every other bad input."""
 
+    def __init__(self, *args, **kwargs) -> None:
+        kwargs.setdefault("formatter_class", _Formatter)
+        super().__init__(*args, **kwargs)
+
     def error(self, message: str):  # type: ignore[override]
-        self.exit(2, f"{self.prog}: error: {message}\n")
+        raise _UsageError(self.prog, message)
 
 
 def warn(args: argparse.Namespace, message: object) -> None:
@@ -56,7 +82,6 @@ def build_parser() -> argparse.ArgumentParser:
             "Profile an LLM-serving engine: run it, capture traces, diff runs, find KV hazards."
         ),
         epilog=EXIT_CODES,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     _add_common_options(parser, top=True)
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
@@ -139,10 +164,26 @@ def _internal_error(args: argparse.Namespace, exc: BaseException) -> int:
     return _bad_input(args, f"internal error, please report ({what}){hint}", INTERNAL_ERROR)
 
 
+def _wants_json(argv: list[str]) -> bool:
+    """Whether a command line asks for JSON (``--json``, ``--format json``), read from the
+    raw words: a usage error comes before the parsed options."""
+    words = argv[: argv.index("--")] if "--" in argv else argv
+    pairs = zip(words, [*words[1:], ""], strict=True)
+    return "--json" in words or "--format=json" in words or ("--format", "json") in pairs
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
     #: the command line as given, for a command that starts itself again (run --nsys)
-    args.argv = list(sys.argv[1:] if argv is None else argv)
+    given = list(sys.argv[1:] if argv is None else argv)
+    try:
+        args = build_parser().parse_args(given)
+    except _UsageError as exc:
+        print(exc, file=sys.stderr)
+        if _wants_json(given):
+            error = {"command": exc.command, "message": str(exc), "exit_code": 2}
+            print(json.dumps({"error": error}), flush=True)
+        return 2
+    args.argv = given
     limits.override(**{
         name: value for name in limits.SETTINGS
         if (value := getattr(args, f"limit_{name}", None)) is not None

@@ -41,7 +41,6 @@ def register(subparsers) -> None:
         "run, and the lock what-if on the built-in baseline. Writes report.md, report.html "
         "(one offline file), ab.json and each run's Perfetto JSON into --out.",
         epilog=EXIT_CODES,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--runs", type=int, default=5, help="runs per mode (default 5)")
     p.add_argument(
