@@ -21,6 +21,7 @@ import pandas as pd
 from fdprof.ab.arms import Arm, EngineArm
 from fdprof.ab.runs import UNITS, RunOutcome, analyse_run
 from fdprof.ab.verdict import RunSafety, Verdict, merge_kinds
+from fdprof.analysis import python_time
 from fdprof.analysis.breakdown import PARTS, ideal_speedup
 from fdprof.analysis.stats import (
     DifferenceCI,
@@ -137,6 +138,10 @@ class ABResult:
         except FdprofError:  # a zero latency: no ratio
             return None
 
+    def python_time(self, mode: str) -> list[dict[str, Any]]:
+        """py-spy's samples inside the spans of every run of ``mode``, per span name."""
+        return python_time.summary(python_time.combine([r.python_time for r in self.of(mode)]))
+
     def hazards(self, mode: str) -> dict[str, int]:
         runs = self.of(mode)
         return {k: sum(r.hazard_counts[k] for r in runs) for k in runs[0].hazard_counts}
@@ -183,6 +188,7 @@ class ABResult:
                 "device_breakdown_ms": self.device_breakdown_ms(mode),
                 "serving_ms": serving,
                 "hazards": self.hazards(mode),
+                "python_time": self.python_time(mode),
             }  # fmt: skip
 
         change = {m: _percentiles_json(self.serving_change(m), "ratio") for m in SERVING}

@@ -15,6 +15,7 @@ from fdprof.ab.session import SERVING, ABResult
 from fdprof.analysis.breakdown import DEVICE_PARTS, PARTS
 from fdprof.analysis.stats import RatioCI, spread
 from fdprof.report import document as D
+from fdprof.report import python_time
 
 #: how the parts read on axes and in legends
 PART_NAMES = {"compute": "compute", "lock_wait": "lock wait", "swap_blocking": "swap (blocking)",
@@ -47,6 +48,8 @@ def build(result: ABResult) -> D.Document:
         *device_blocks(result),
         *(timeline_chart(result, mode, label)
           for mode, label in zip(result.modes, result.labels, strict=True)),
+        *python_time.blocks([(label, result.python_time(mode))
+                             for mode, label in zip(result.modes, result.labels, strict=True)]),
         D.Heading("Every run"),
         runs_table(result),
         *perfetto_links(result),

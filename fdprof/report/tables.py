@@ -15,6 +15,7 @@ from fdprof.analysis.diff import DiffResult
 from fdprof.analysis.hazards import HazardReport
 from fdprof.analysis.stats import RatioCI
 from fdprof.analysis.whatif import WhatIf
+from fdprof.report import python_time
 from fdprof.report.document import Bullets, Document, Table, Verdict
 from fdprof.report.units import duration, signed_duration
 
@@ -137,6 +138,7 @@ def diff_document(d: DiffResult) -> Document:
                      ["name", "role", "count", "total", "p50", "p90", "p99"]),
         _frame_table(f"Locks in {n.label}", _ms_cols(n.locks),
                      ["name", "role", "count", "total", "p50", "p90", "p99"]),
+        *python_time.blocks([(b.label, b.python_time), (n.label, n.python_time)]),
     ], data=d.to_json())  # fmt: skip
 
 
