@@ -32,16 +32,33 @@ def fault_outcomes():
     return {}
 
 
+def _findings(hazards) -> set[tuple[str, ...]]:
+    """What raced with what (span-name pairs) and what lived past its free (kind, user, freer)."""
+    races = {frozenset(p) for p in zip(hazards.races.name_a, hazards.races.name_b, strict=True)}
+    life = hazards.lifetime
+    return {tuple(sorted(r)) for r in races} | set(
+        zip(life.kind, life.name_a, life.name_b, strict=True)
+    )
+
+
+#: what each seeded fault must show in every seed: a block freed before its swap-out read it is
+#: used after its free whether or not anyone reused it in time (the allocator's events are
+#: recorded); the others leave a swap and a step unordered
+EXPECTED = {
+    "free-before-swap-out": ("use_after_free", "swap", "block_free"),
+    "no-wait-swap-in": ("execute_model", "swap"),
+    "ack-before-copy": ("execute_model", "swap"),
+}
+
+
 @pytest.mark.parametrize("seed", SEEDS)
 @pytest.mark.parametrize("fault", FAULTS)
-def test_seeded_fault_is_a_race_in_every_run(tmp_path, fault, seed, fault_outcomes):
+def test_seeded_fault_is_flagged_in_every_run(tmp_path, fault, seed, fault_outcomes):
     results, trace = _run(tmp_path, kv_lock="none", fault=fault, seed=seed)
     hazards = find_hazards(trace)
-    assert hazards.counts["races"] > 0, f"{fault} seed {seed}: no race flagged"
-    pairs = {
-        frozenset((a, b)) for a, b in zip(hazards.races.name_a, hazards.races.name_b, strict=True)
-    }
-    assert frozenset(("swap", "execute_model")) in pairs
+    assert not hazards.clean, f"{fault} seed {seed}: nothing flagged"
+    findings = _findings(hazards)
+    assert EXPECTED[fault] in findings, f"{fault} seed {seed}: {findings}"
     fault_outcomes[fault, seed] = (
         hazards.counts["races"],
         hazards.counts["latent"],
@@ -49,12 +66,19 @@ def test_seeded_fault_is_a_race_in_every_run(tmp_path, fault, seed, fault_outcom
     )
 
 
-def test_faults_corrupt_most_runs_and_races_are_found_without_overlap(fault_outcomes):
+#: runs of 5 whose KV each fault must corrupt: a block freed early is corrupted only where the
+#: allocator hands it out again before the swap-out has read it (heap order: often it is not),
+#: which is why its finding is the lifetime check's and not a race's
+CORRUPTS_AT_LEAST = {"free-before-swap-out": 1}
+
+
+def test_faults_corrupt_data_and_races_are_found_without_overlap(fault_outcomes):
     if len(fault_outcomes) < len(FAULTS) * len(SEEDS):
         pytest.skip("needs every fault run above")
     for fault in FAULTS:
         corrupted = sum(fault_outcomes[fault, s][2] > 0 for s in SEEDS)
-        assert corrupted >= 3, f"{fault}: corrupted KV in only {corrupted} of 5 runs"
+        least = CORRUPTS_AT_LEAST.get(fault, 3)
+        assert corrupted >= least, f"{fault}: corrupted KV in only {corrupted} of 5 runs"
     # latent races: the detector orders by the protocol, not by what overlapped this time
     assert sum(latent for _, latent, _ in fault_outcomes.values()) > 0
 
@@ -70,6 +94,13 @@ def test_correct_runs_have_no_race(tmp_path, kv_lock, seed):
     # not to exclude (a broken-lock alarm); the corrected lock never is
     broken = counts.pop("broken_locks")
     assert broken == 0 or kv_lock == "ipc"
-    assert counts == {"races": 0, "latent": 0, "overlaps": 0, "clock_alarms": 0, "gaps": 0}
+    assert counts == {
+        "races": 0,
+        "latent": 0,
+        "overlaps": 0,
+        "clock_alarms": 0,
+        "gaps": 0,
+        "lifetime": 0,
+    }
     if kv_lock == "ipc":
         assert what_if_drop_lock(trace).safe
