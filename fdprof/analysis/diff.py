@@ -56,7 +56,7 @@ class RunSummary:
     #: share of the copies' time on device lanes under compute work there; None without any
     device_swap_overlap: RatioCI | None = None
     #: py-spy's samples inside the spans, per span name (:func:`python_time.summary`); empty
-    #: without ``--py-spy``
+    #: without ``--py-spy`` (and then left out of the JSON)
     python_time: list[dict[str, Any]] = field(default_factory=list)
 
     @property
@@ -89,8 +89,8 @@ class RunSummary:
             "locks": json_records(self.locks),
             "device_swap_overlap": None if ov is None else ov.ratio,
             "device_swap_overlap_ci95": None if ov is None else [ov.lo, ov.hi],
-            "python_time": self.python_time,
-        } | ({} if self.device is None else {
+        } | ({"python_time": self.python_time} if self.python_time else {}) | (
+            {} if self.device is None else {
             "gpu_ns": {p: spread(self.device[p]) for p in (*DEVICE_PARTS, "gpu_window")},
             "gpu_share": {p: _share(self.device, p, "gpu_window") for p in DEVICE_PARTS},
         })  # fmt: skip
