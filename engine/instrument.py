@@ -10,6 +10,7 @@ from fdprof.probe.handles import (  # noqa: F401  (re-exported)
     DIRECTION,
     EXECUTE_MODEL,
     FIRST_TOKEN_NS,
+    FORWARD,
     GPU_READ,
     GPU_WRITE,
     ISSUE_SWAP_TASK,
@@ -30,5 +31,7 @@ from fdprof.probe.handles import (  # noqa: F401  (re-exported)
     STEP,
     STEP_ID,
     SWAP,
+    SWAP_COPY,
+    SWAP_STAGE,
     TASK_ID,
 )
