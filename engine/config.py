@@ -27,6 +27,21 @@ SWAP_INS = ("sync", "async")
 #: out of it is in flight; needs ``--swap-in async``, where swap-ins overlap)
 ASYNC_FAULTS = ("store-before-compute-done", "foreign-stream-write", "reuse-staging-buffer")
 FAULTS = ("no-wait-swap-in", "free-before-swap-out", "ack-before-copy", *ASYNC_FAULTS)
+#: what each asynchronous fault needs besides ``device_async`` (see ASYNC_FAULTS)
+_FAULT_NEEDS: dict[str, dict] = {
+    "store-before-compute-done": {"store_on_fill": True},
+    "reuse-staging-buffer": {"swap_in": "async"},
+}
+
+
+def fault_settings(fault: str) -> dict:
+    """The EngineConfig settings under which ``fault`` runs: none for the synchronous engine's
+    faults; ``device_async`` (and what else it needs) for the asynchronous engine's."""
+    if fault not in ASYNC_FAULTS:
+        return {}
+    return {"device_async": True, **_FAULT_NEEDS.get(fault, {})}
+
+
 #: the pre-fdprof switches of the baseline lock, still honoured: FastDeploy PR #6724 names the
 #: environment variable USE_KVCACHE_LOCK and the attribute FD_USE_KVCACHE_LOCK; both work
 LEGACY_LOCK_ENVS = ("USE_KVCACHE_LOCK", "FD_USE_KVCACHE_LOCK")
