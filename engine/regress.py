@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from engine.config import FAULTS, fault_settings, EngineConfig
+from engine.config import FAULTS, EngineConfig, fault_settings
 from engine.launcher import run_engine
 from engine.reference import compare_tokens, reference_config
 from engine.results import RunResults

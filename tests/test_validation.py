@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from engine.config import FAULTS, EngineConfig
+from engine.config import FAULTS, EngineConfig, fault_settings
 from engine.launcher import run_engine
 from fdprof.analysis.hazards import find_hazards
 from fdprof.analysis.whatif import what_if_drop_lock
@@ -17,6 +17,14 @@ SEEDS = range(5)
 REQUESTS = 24  # enough for swaps both ways in every seed; fewer engine-seconds in CI
 
 pytestmark = pytest.mark.slow
+
+#: the pair of spans each fault's races are between: the host calls of the synchronous engine,
+#: the device work (or the staging copy) of the asynchronous one
+RACING = {
+    "store-before-compute-done": ("swap_copy", "forward"),
+    "foreign-stream-write": ("swap_copy", "forward"),
+    "reuse-staging-buffer": ("swap_stage", "swap_copy"),
+}
 
 
 def _run(tmp_path, **kw):
@@ -35,13 +43,14 @@ def fault_outcomes():
 @pytest.mark.parametrize("seed", SEEDS)
 @pytest.mark.parametrize("fault", FAULTS)
 def test_seeded_fault_is_a_race_in_every_run(tmp_path, fault, seed, fault_outcomes):
-    results, trace = _run(tmp_path, kv_lock="none", fault=fault, seed=seed)
+    results, trace = _run(tmp_path, kv_lock="none", fault=fault, seed=seed,
+                          **fault_settings(fault))  # fmt: skip
     hazards = find_hazards(trace)
     assert hazards.counts["races"] > 0, f"{fault} seed {seed}: no race flagged"
     pairs = {
         frozenset((a, b)) for a, b in zip(hazards.races.name_a, hazards.races.name_b, strict=True)
     }
-    assert frozenset(("swap", "execute_model")) in pairs
+    assert frozenset(RACING.get(fault, ("swap", "execute_model"))) in pairs
     fault_outcomes[fault, seed] = (
         hazards.counts["races"],
         hazards.counts["latent"],
@@ -50,9 +59,10 @@ def test_seeded_fault_is_a_race_in_every_run(tmp_path, fault, seed, fault_outcom
 
 
 def test_faults_corrupt_most_runs_and_races_are_found_without_overlap(fault_outcomes):
-    if len(fault_outcomes) < len(FAULTS) * len(SEEDS):
-        pytest.skip("needs every fault run above")
-    for fault in FAULTS:
+    ran = [f for f in FAULTS if all((f, s) in fault_outcomes for s in SEEDS)]
+    if not ran:
+        pytest.skip("needs every seed of a fault run above")
+    for fault in ran:
         corrupted = sum(fault_outcomes[fault, s][2] > 0 for s in SEEDS)
         assert corrupted >= 3, f"{fault}: corrupted KV in only {corrupted} of 5 runs"
     # latent races: the detector orders by the protocol, not by what overlapped this time
@@ -72,4 +82,28 @@ def test_correct_runs_have_no_race(tmp_path, kv_lock, seed):
     assert broken == 0 or kv_lock == "ipc"
     assert counts == {"races": 0, "latent": 0, "overlaps": 0, "clock_alarms": 0, "gaps": 0}
     if kv_lock == "ipc":
+        assert what_if_drop_lock(trace).safe
+
+
+ASYNC_MODES = {
+    "ipc": {"kv_lock": "ipc"},
+    "ipc sync-before-unlock": {"kv_lock": "ipc", "sync_before_unlock": True},
+    "none": {"kv_lock": "none"},
+    "none store-on-fill": {"kv_lock": "none", "store_on_fill": True},
+}
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("mode", list(ASYNC_MODES))
+def test_correct_async_runs_have_no_race(tmp_path, mode, seed):
+    """The asynchronous engine, with its events: no race in either lock mode (the baseline's
+    lock covers only the launch; the events order what conflicts)."""
+    results, trace = _run(tmp_path, device_async=True, seed=seed, **ASYNC_MODES[mode])
+    assert results["swaps"]["to_cpu"] > 0 and results["swaps"]["to_gpu"] > 0
+    assert results["integrity"]["mismatches"] == 0 and results["integrity"]["nan"] == 0
+    counts = find_hazards(trace).counts
+    broken = counts.pop("broken_locks")
+    assert broken == 0 or mode.startswith("ipc")
+    assert counts == {"races": 0, "latent": 0, "overlaps": 0, "clock_alarms": 0, "gaps": 0}
+    if mode.startswith("ipc"):
         assert what_if_drop_lock(trace).safe

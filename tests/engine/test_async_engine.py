@@ -18,6 +18,7 @@ from fdprof.errors import FdprofError
 from fdprof.trace import load
 from tests.engine.conftest import run
 
+
 @pytest.fixture(scope="module")
 def lockless(tmp_path_factory):
     """A lockless asynchronous run with write-through stores: (results, trace)."""
