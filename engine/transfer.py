@@ -6,7 +6,8 @@ creation there (PR #6144). Swap tasks run on two single-thread executors, one pe
 (SWAP2CPU, SWAP2GPU), so a swap-out and a swap-in can be in flight at once. A copy merges runs
 of consecutive blocks into one call that covers all layers (``swap_cache_all_layers``), on the
 direction's own stream on CUDA, synchronised before completion is signalled; every copy is
-checked against the fingerprints the task carries.
+checked against the fingerprints the task carries. With ``--device-async`` the copies are
+queued on a copy stream per direction and ordered by events (:class:`AsyncCopies`).
 """
 
 from __future__ import annotations

@@ -7,6 +7,12 @@ of the blocks it fills (its shard's). In the baseline it holds the KV lock aroun
 ``execute_model`` on TP rank 0 only, as FastDeploy's worker does
 (``_acquire_kvcache_lock(tp_rank)``); the other ranks follow through the collectives.
 
+With ``--device-async`` (:class:`AsyncWorker`) ``execute_model`` only queues the step's forward
+pass on the compute stream (after a wait on the swap-in event, before a record of the
+compute-done event) and returns; the lock is released then (or, with ``--sync-before-unlock``,
+after the stream has been synchronised), and the host waits on the compute-done event before
+it reads the step's tokens and sends the result.
+
 Under expert parallelism the workers of all DP groups run in lockstep, as FastDeploy's do: each
 iteration they agree (one all-gather) whether anyone still has work, and a worker with no batch
 runs ``execute_model`` on an empty one, joining the expert exchanges with no tokens.
