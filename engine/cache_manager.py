@@ -66,14 +66,46 @@ class HoldLock(Protocol):
     def held(self, parent: int = 0) -> contextlib.AbstractContextManager[int]: ...
 
 
+class TracedAllocator(BlockAllocator):
+    """A pool's allocator whose hand-outs and frees are recorded: ``block_alloc`` and
+    ``block_free`` spans listing the ids (``kv.gpu_alloc``, ``kv.gpu_free``, ...), so the hazards
+    analysis checks every access against its block's lifetime. A block freed before its last
+    reader is done is then seen even in a run where no one reused it in time."""
+
+    def __init__(self, num_blocks: int, pool: str) -> None:
+        super().__init__(num_blocks)
+        on_gpu = pool == S.POOL_GPU
+        self._alloc_key = I.GPU_ALLOC if on_gpu else I.CPU_ALLOC
+        self._free_key = I.GPU_FREE if on_gpu else I.CPU_FREE
+
+    def allocate(self, n: int) -> list[int]:
+        if n == 0:
+            return []
+        p = probe.get()
+        with p.span(I.BLOCK_ALLOC) as sid:
+            ids = super().allocate(n)
+            p.set_str(sid, I.ROLE, S.ROLE_CACHE_MANAGER)
+            p.set_ints(sid, self._alloc_key, ids)
+        return ids
+
+    def free(self, ids: list[int]) -> None:
+        if not ids:
+            return
+        p = probe.get()
+        with p.span(I.BLOCK_FREE) as sid:
+            super().free(ids)
+            p.set_str(sid, I.ROLE, S.ROLE_CACHE_MANAGER)
+            p.set_ints(sid, self._free_key, ids)
+
+
 class CacheManager:
     def __init__(
         self, cfg: EngineConfig, rank: int, port: SwapPort, lock: HoldLock | None = None
     ) -> None:
         self.cfg = cfg
         self.rank = rank
-        self.gpu = BlockAllocator(cfg.gpu_blocks)
-        self.cpu = BlockAllocator(cfg.cpu_blocks)
+        self.gpu = TracedAllocator(cfg.gpu_blocks, S.POOL_GPU)
+        self.cpu = TracedAllocator(cfg.cpu_blocks, S.POOL_CPU)
         self.cache = PrefixCache()
         self.mutex = TracedMutex(f"kv_cache/dp{rank}")  # per process: seq-less objects pair by name
         self.stats = SwapStats()

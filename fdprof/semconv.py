@@ -93,15 +93,29 @@ KV_CPU_WRITE = "kv.cpu_write"
 KV_LAYERS = "kv.layers"
 #: blocks whose content did not match the fingerprint they were written with
 KV_MISMATCHES = "kv.mismatches"
-#: attribute key -> (pool, mode) of the accesses it lists
-KV_ACCESS_KEYS: dict[str, tuple[str, str]] = {
-    KV_GPU_READ: ("gpu", "read"),
-    KV_GPU_WRITE: ("gpu", "write"),
-    KV_CPU_READ: ("cpu", "read"),
-    KV_CPU_WRITE: ("cpu", "write"),
-}
+#: block ids an allocator span hands out (alloc) or takes back (free) in a pool: the block's
+#: lifetimes, which the hazards analysis checks every access against (an access ordered after
+#: the free that ended its block's lifetime, or unordered with it, is a lifetime violation)
+KV_GPU_ALLOC = "kv.gpu_alloc"
+KV_GPU_FREE = "kv.gpu_free"
+KV_CPU_ALLOC = "kv.cpu_alloc"
+KV_CPU_FREE = "kv.cpu_free"
 POOL_GPU, POOL_CPU = "gpu", "cpu"
 MODE_READ, MODE_WRITE = "read", "write"
+#: the modes of allocator events in the accesses table (not accesses: they never race)
+MODE_ALLOC, MODE_FREE = "alloc", "free"
+LIFETIME_MODES = (MODE_ALLOC, MODE_FREE)
+#: attribute key -> (pool, mode) of the accesses (and allocator events) it lists
+KV_ACCESS_KEYS: dict[str, tuple[str, str]] = {
+    KV_GPU_READ: (POOL_GPU, MODE_READ),
+    KV_GPU_WRITE: (POOL_GPU, MODE_WRITE),
+    KV_CPU_READ: (POOL_CPU, MODE_READ),
+    KV_CPU_WRITE: (POOL_CPU, MODE_WRITE),
+    KV_GPU_ALLOC: (POOL_GPU, MODE_ALLOC),
+    KV_GPU_FREE: (POOL_GPU, MODE_FREE),
+    KV_CPU_ALLOC: (POOL_CPU, MODE_ALLOC),
+    KV_CPU_FREE: (POOL_CPU, MODE_FREE),
+}
 SWAP_TASK_ID = "swap.task_id"
 SWAP_DIRECTION = "swap.direction"
 SWAP_BLOCKS = "swap.blocks"

@@ -41,7 +41,8 @@ def load_trace(args: argparse.Namespace, path: Path, join: Path | None = None) -
 #: the exit-status contract of every command (CONTRACTS.md); when several apply, 2 > 1 > 3 > 0
 EXIT_CODES = """exit status (every command):
   0    ok / clean
-  1    races or corrupted KV blocks found (hazards, ab, run integrity)
+  1    races, a block used after its free or a broken lock (hazards), or corrupted KV
+       blocks (hazards, ab, run integrity)
   2    bad input (one line on stderr saying why), or a crashed run
   3    --require-gain not met
   70   internal error ("internal error, please report"; --debug prints the traceback)

@@ -56,12 +56,19 @@ def hazards_document(report: HazardReport) -> Document:
         verdict = f"HAZARDS FOUND: {c['races']} race(s), {c['latent']} of them latent"
         if report.untrusted_locks:
             verdict += f"; BROKEN LOCK {', '.join(report.untrusted_locks)}"
+        if c["lifetime"]:
+            verdict += f"; {c['lifetime']} access(es) outside their block's lifetime"
     summary = [
         f"{report.accesses:,} KV-block access(es) on {len(report.lanes)} lane(s) checked",
         f"{c['races']} race(s): {c['overlaps']} overlapped in time this run, {c['latent']} latent"
         f" (unordered, not overlapping this time); {c['clock_alarms']} clock alarm(s); "
         f"{c['gaps']} instrumentation gap(s)",
     ]
+    if c["lifetime"]:
+        summary.append(
+            f"{c['lifetime']} access(es) outside their block's lifetime (the allocator's frees "
+            "checked against every access): used after the free, or freed while in use"
+        )
     if report.dropped_objects:
         summary.append("edges of " + ", ".join(report.dropped_objects) + " dropped")
     if report.untrusted_locks:
@@ -76,6 +83,8 @@ def hazards_document(report: HazardReport) -> Document:
         _frame_table("Broken locks (two holds at once, on different lanes)",
                      report.broken_locks, list(report.broken_locks.columns)),
         _kinds_table(report.kinds),
+        _frame_table("Accesses outside their block's lifetime", report.lifetime,
+                     ["kind", "pool", "block", "blocks", "name_a", "lane_a", "name_b", "lane_b"]),
         _pairs_table("Races (unordered conflicting accesses)", report.races, with_overlap=True),
         _pairs_table("Clock alarms (ordered, yet overlapping in time)", report.alarms),
         _frame_table("Instrumentation gaps (not races)", report.gaps,
