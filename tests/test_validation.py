@@ -19,7 +19,6 @@ REQUESTS = 24  # enough for swaps both ways in every seed; fewer engine-seconds 
 pytestmark = pytest.mark.slow
 
 
-
 def _run(tmp_path, **kw):
     run_dir = tmp_path / "run"
     config = EngineConfig(requests=REQUESTS, **kw)
