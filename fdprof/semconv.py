@@ -84,6 +84,14 @@ LANE = "fd.lane"
 REQUEST_ID = "fd.request_id"
 #: W3C traceparents of a span's links (a step span linking the requests it served)
 LINKS = "fd.links"
+#: attributes foreign readers keep from their source: a Chrome event's ``cat``; an nsys
+#: record's kind of device work (``kernel``, ``memcpy``, ``memset``), its columns under
+#: ``cuda.<column>`` (``cuda.correlationId``, ``cuda.demangled_name``, ...)
+CHROME_CATEGORY = "chrome.cat"
+CUDA_PREFIX = "cuda."
+CUDA_KIND = CUDA_PREFIX + "kind"
+CUDA_DEMANGLED_NAME = CUDA_PREFIX + "demangled_name"
+CUDA_CORRELATION_ID = CUDA_PREFIX + "correlationId"
 #: block ids a span reads or writes in the device (gpu) or host (cpu) pool
 KV_GPU_READ = "kv.gpu_read"
 KV_GPU_WRITE = "kv.gpu_write"
