@@ -14,6 +14,7 @@ from fdprof.probe.handles import (  # noqa: F401  (re-exported)
     DIRECTION,
     EXECUTE_MODEL,
     FIRST_TOKEN_NS,
+    FORWARD,
     GPU_ALLOC,
     GPU_FREE,
     GPU_READ,
@@ -36,5 +37,7 @@ from fdprof.probe.handles import (  # noqa: F401  (re-exported)
     STEP,
     STEP_ID,
     SWAP,
+    SWAP_COPY,
+    SWAP_STAGE,
     TASK_ID,
 )

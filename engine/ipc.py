@@ -56,6 +56,11 @@ class RunPaths:
     def signal(self, rank: int, tp_rank: int = 0) -> Path:
         return SHM_DIR / f"{self.prefix}-swapdone-{rank}-{tp_rank}"
 
+    def event(self, kind: str, rank: int, tp_rank: int = 0) -> Path:
+        """The generation slot of one of the asynchronous engine's shared events (kind:
+        ``semconv.COMPUTE_DONE_EVENT`` or ``SWAP_IN_EVENT``)."""
+        return SHM_DIR / f"{self.prefix}-event-{kind}-{rank}-{tp_rank}"
+
     def store(self, group: str) -> Path:
         """The file store where the workers of a ``torch.distributed`` group meet."""
         return SHM_DIR / f"{self.prefix}-dist-{group}"

@@ -33,6 +33,7 @@ from engine.results import (
     SwapStats,
 )
 from engine.workloads import sized_for_workload
+from fdprof import semconv as S
 from fdprof.errors import FdprofError
 from fdprof.probe import ProbeConfig
 
@@ -190,6 +191,9 @@ def _create_shared(cfg: EngineConfig, paths: RunPaths) -> Control:
     for rank in range(cfg.dp):
         for t in range(cfg.tp):
             SwapSignal(paths.signal(rank, t), create=True)
+            if cfg.device_async:
+                for kind in (S.COMPUTE_DONE_EVENT, S.SWAP_IN_EVENT):
+                    create_shm_file(paths.event(kind, rank, t), 8)
         if cfg.locked:
             create_shm_file(paths.lock(rank), 0)
     return control

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from engine.config import FAULTS, EngineConfig
+from engine.config import FAULTS, EngineConfig, fault_settings
 from engine.launcher import run_engine
 from engine.reference import compare_tokens, reference_config
 from engine.results import RunResults
@@ -111,8 +111,14 @@ def cases(short: bool = False, requests: int | None = None) -> list[Case]:
         ep = base.with_(kv_lock=lock, dp=2, ep=True, requests=2 * n)  # as many per group
         out.append(Case(f"dp2-ep {lock}", ep, (0, 1)))
         out.append(Case(f"tp2 {lock}", base.with_(kv_lock=lock, tp=2), (0, 1)))
+    for lock in ("ipc", "none"):
+        out.append(Case(f"device-async {lock}", base.with_(kv_lock=lock, device_async=True),
+                        (0, 1)))  # fmt: skip
+    out.append(Case("device-async none store-on-fill",
+                    base.with_(device_async=True, store_on_fill=True), (0, 1)))  # fmt: skip
     for fault in FAULTS:
-        out.append(Case(f"fault {fault}", base.with_(fault=fault, workload="prefix-swap"), (0,)))
+        cfg = base.with_(fault=fault, workload="prefix-swap", **fault_settings(fault))
+        out.append(Case(f"fault {fault}", cfg, (0,)))
     return out
 
 

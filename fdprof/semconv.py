@@ -46,6 +46,9 @@ DEVICE_MARKER_SPANS = (DEVICE_EVENT_RECORD, DEVICE_EVENT_WAIT)
 #: swap's copies on the transfer's copy stream
 FORWARD = "forward"
 SWAP_COPY = "swap_copy"
+#: the transfer's host copy of a swap-in's blocks into its staging buffer, before the device
+#: copy out of it (``--device-async``)
+SWAP_STAGE = "swap_stage"
 
 #: spans whose time is compute, swapping, or the lock, as the analyses group them
 COMPUTE_SPANS = (EXECUTE_MODEL,)
@@ -170,6 +173,19 @@ MUTEX_PREFIX = "mutex:"
 #: record with the waits on it
 DEVICE_LAUNCH_PREFIX = "launch:"
 DEVICE_EVENT_PREFIX = "event:"
+#: the asynchronous engine's cross-process events (``event:<name>``, seq: the generation):
+#: a worker's forward done (generation: the step's sequence number) and a transfer's swap-in
+#: copied (generation: the task id), one of each per DP group and TP rank
+COMPUTE_DONE_EVENT = "compute"
+SWAP_IN_EVENT = "swap_in"
+
+
+def engine_event(kind: str, dp_rank: int, tp_rank: int) -> str:
+    """The name of one of the asynchronous engine's shared events (its object is
+    ``event:<name>``)."""
+    return f"{kind}/dp{dp_rank}/tp{tp_rank}"
+
+
 #: an Nsight export's host wait on a device lane: ``cuda:sync/<lane>`` (seq: the waiting API
 #: call's correlation id)
 CUDA_SYNC_PREFIX = "cuda:sync/"

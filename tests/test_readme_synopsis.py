@@ -35,8 +35,10 @@ def synopsis() -> dict[str, str]:
 
 
 def listed(text: str) -> dict[str, str]:
-    """Option -> what follows it inside its brackets (its metavar, choices, ``=default``)."""
-    return {(m[1] or m[3]): (m[2] or "") for m in OPTION.finditer(INHERITS.sub("", text))}
+    """Option -> what follows it inside its brackets (its metavar, choices, ``=default``); a
+    list of choices may wrap after a comma."""
+    text = re.sub(r",\s+", ",", INHERITS.sub("", text))
+    return {(m[1] or m[3]): (m[2] or "") for m in OPTION.finditer(text)}
 
 
 def parsers() -> dict[str, argparse.ArgumentParser]:

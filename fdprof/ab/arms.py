@@ -95,7 +95,7 @@ class EngineArm:
         return {
             **cfg.to_dict(),
             "seed": f"{cfg.seed} + pair index",
-            "fault_delay_ms": cfg.copy_delay_s * 1000,  # the delay in effect, not the flag
+            "fault_delay_ms": cfg.fault_delay_s * 1000,  # the delay in effect, not the flag
         }
 
     def run(self, run_dir: Path, pair: int) -> None:

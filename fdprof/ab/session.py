@@ -288,7 +288,7 @@ def lock_arms(config, capture: CapturePlan | None = None) -> tuple[EngineArm, En
         EngineArm(
             BASELINE,
             "baseline (lock)",
-            replace(config, kv_lock="ipc", swap_in="sync"),
+            replace(config, kv_lock="ipc", swap_in="sync", store_on_fill=False),
             capture,
             True,
         ),
