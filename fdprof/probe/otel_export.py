@@ -27,6 +27,7 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace.export import SpanExporter
 from opentelemetry.trace import SpanContext
 
+from fdprof import files
 from fdprof import semconv as S
 from fdprof import settings as env
 from fdprof.probe import metric_names as M
@@ -157,7 +158,7 @@ class OtelExportObserver:
         if delivery.reason:
             self.stats["reason"] = delivery.reason
         if self._run_dir is not None:
-            (self._run_dir / STATS_FILE).write_text(json.dumps(self.stats) + "\n")
+            files.write_atomic(self._run_dir / STATS_FILE, json.dumps(self.stats) + "\n")
         if delivery.dropped:
             log.warning(
                 "OpenTelemetry export dropped %d of %d spans (%s)",
