@@ -111,7 +111,7 @@ class OtelExportObserver:
     def start(self, run_dir: Path, processes: list[dict]) -> None:
         self._run_dir = Path(run_dir)
         if self._prom_port is not None:  # first: a port in use fails before anything started
-            self.prometheus = PromMetrics(self._prom_port)
+            self.prometheus = PromMetrics(self._prom_port, self._config.metrics_host)
         self._log.install()
         if self._span_exporter is not None:
             self._sink = SpanSink(self._span_exporter, self._settings)
