@@ -93,7 +93,10 @@ def test_compose_commands_name_mounted_files():
 def test_prometheus_config_passes_promtool():
     promtool = shutil.which("promtool")
     if promtool is None:
-        pytest.fail("promtool is not installed (apt-get install prometheus; .ci/run does)")
+        pytest.fail(
+            "promtool is not installed (apt-get install prometheus; "
+            "make test does as root: .ci/system-deps)"
+        )
     result = subprocess.run(
         [promtool, "check", "config", str(DIR / "prometheus.yaml")],
         capture_output=True,
