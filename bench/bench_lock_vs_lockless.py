@@ -7,6 +7,12 @@ its throughput over the baseline's, the ideal gain the baseline run's actual ove
 (its swaps and lock waits hidden under compute: ``fdprof.analysis.breakdown``), and
 actual/ideal their quotient. Each is printed as a geometric mean over the pairs with its
 Student-t 95% CI, as ``fdprof ab`` reports the gain.
+
+``--device-async``: the same on the asynchronous engine (docs/engine.md), whose modes are the
+baseline with its lock around the host call, the baseline synchronising before it unlocks,
+the lockless engine and the lockless engine storing on fill; each mode's share of copy time
+overlapped with compute on the device (the stream work) is printed too: the baseline's says
+whether its lock excluded device work.
 """
 
 from __future__ import annotations
@@ -18,13 +24,19 @@ from pathlib import Path
 from engine.config import EngineConfig
 from engine.launcher import run_engine
 from fdprof.analysis.breakdown import ideal_speedup, step_breakdown
+from fdprof.analysis.device_time import device_overlap
 from fdprof.analysis.stats import geometric_mean_ci
 from fdprof.probe import ProbeConfig
 from fdprof.trace import load
 
-#: (label, lock mode, swap-in); the first is the baseline
-MODES = (("baseline ipc", "ipc", "sync"), ("lockless sync", "none", "sync"),
-         ("lockless async", "none", "async"))  # fmt: skip
+#: (label, settings); the first is the baseline
+MODES = (("baseline ipc", {"kv_lock": "ipc"}),
+         ("lockless sync", {"kv_lock": "none"}),
+         ("lockless async", {"kv_lock": "none", "swap_in": "async"}))  # fmt: skip
+ASYNC_MODES = (("baseline ipc", {"kv_lock": "ipc"}),
+               ("baseline ipc sync-before-unlock", {"kv_lock": "ipc", "sync_before_unlock": True}),
+               ("lockless", {"kv_lock": "none"}),
+               ("lockless store-on-fill", {"kv_lock": "none", "store_on_fill": True}))  # fmt: skip
 
 
 def _ci(ratios: list[float], what: str) -> str:
@@ -39,33 +51,48 @@ def main() -> None:
     ap.add_argument("--workload", default="prefix-swap")
     ap.add_argument("--dp", type=int, default=1)
     ap.add_argument("--ep", action="store_true")
+    ap.add_argument("--device-async", action="store_true", help="the asynchronous engine")
     args = ap.parse_args()
-    base = EngineConfig(requests=args.requests, workload=args.workload, dp=args.dp, ep=args.ep)
-    tps: dict[str, list[float]] = {label: [] for label, _, _ in MODES}
+    base = EngineConfig(requests=args.requests, workload=args.workload, dp=args.dp, ep=args.ep,
+                        device_async=args.device_async)  # fmt: skip
+    modes = ASYNC_MODES if args.device_async else MODES
+    tps: dict[str, list[float]] = {label: [] for label, _ in modes}
+    overlap: dict[str, list[float]] = {label: [] for label, _ in modes}
     ideal: list[float] = []
     with tempfile.TemporaryDirectory() as tmp:
         for i in range(args.pairs):
-            order = MODES[i % 3 :] + MODES[: i % 3]
+            k = i % len(modes)
             line = []
-            for label, lock, swap_in in order:
-                run_dir = Path(tmp) / f"{lock}-{swap_in}-{i}"
-                cfg = base.with_(kv_lock=lock, swap_in=swap_in, seed=i)
+            for label, settings in modes[k:] + modes[:k]:
+                run_dir = Path(tmp) / f"{label.replace(' ', '-')}-{i}"
+                cfg = base.with_(seed=i, **settings)
                 r = run_engine(cfg, ProbeConfig(run_dir=str(run_dir)))
                 assert r.integrity.mismatches == 0 == r.integrity.nan, f"{label} #{i}: bad KV"
                 tps[label].append(r.tokens_per_s)
-                if lock == "ipc":
-                    ideal.append(ideal_speedup(step_breakdown(load(run_dir))))
+                trace = load(run_dir)
+                if label == modes[0][0]:
+                    ideal.append(ideal_speedup(step_breakdown(trace)))
+                if args.device_async and (dev := device_overlap(trace.spans)) is not None:
+                    overlap[label].append(dev.ratio)
                 line.append(f"{label} {r.tokens_per_s:.1f} tok/s")
             print(f"pair {i}: " + ", ".join(line) + f"; baseline ideal {ideal[-1]:.3f}",
                   flush=True)  # fmt: skip
-    baseline = tps[MODES[0][0]]
-    print(f"{base.workload}, {base.requests} requests, dp {base.dp}{' ep' if base.ep else ''}, "
-          f"{args.pairs} pairs")  # fmt: skip
+    baseline = tps[modes[0][0]]
+    print(f"{base.workload}, {base.requests} requests, dp {base.dp}{' ep' if base.ep else ''}"
+          f"{', device-async' if args.device_async else ''}, {args.pairs} pairs")  # fmt: skip
     print(f"ideal gain (baseline runs' actual / ideal time): {_ci(ideal, 'ideal')}")
-    for label, _, _ in MODES[1:]:
+    for label, _ in modes[1:]:
         gains = [n / b for n, b in zip(tps[label], baseline, strict=True)]
         reached = [g / x for g, x in zip(gains, ideal, strict=True)]
         print(f"{label}: gain {_ci(gains, 'gain')}, actual/ideal {_ci(reached, 'reached')}")
+    if args.device_async:
+        for label, _ in modes:
+            shares = overlap[label]
+            mean = sum(shares) / len(shares) if shares else float("nan")
+            print(
+                f"{label}: copy time overlapped with compute on the device, mean "
+                f"{100 * mean:.1f}% (per run: {', '.join(f'{100 * x:.1f}%' for x in shares)})"
+            )
 
 
 if __name__ == "__main__":

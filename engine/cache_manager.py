@@ -41,6 +41,9 @@ class Admission:
     check_fps: list[Fingerprint] = field(default_factory=list)
     #: asynchronous swap-ins (task ids) that must complete before the request is scheduled
     pending: set[int] = field(default_factory=set)
+    #: the last swap-in (task id) bringing blocks it reads; 0: none (the asynchronous engine's
+    #: forward waits on its event)
+    swap_in_task: int = 0
 
 
 class SwapPort(Protocol):
@@ -63,14 +66,46 @@ class HoldLock(Protocol):
     def held(self, parent: int = 0) -> contextlib.AbstractContextManager[int]: ...
 
 
+class TracedAllocator(BlockAllocator):
+    """A pool's allocator whose hand-outs and frees are recorded: ``block_alloc`` and
+    ``block_free`` spans listing the ids (``kv.gpu_alloc``, ``kv.gpu_free``, ...), so the hazards
+    analysis checks every access against its block's lifetime. A block freed before its last
+    reader is done is then seen even in a run where no one reused it in time."""
+
+    def __init__(self, num_blocks: int, pool: str) -> None:
+        super().__init__(num_blocks)
+        on_gpu = pool == S.POOL_GPU
+        self._alloc_key = I.GPU_ALLOC if on_gpu else I.CPU_ALLOC
+        self._free_key = I.GPU_FREE if on_gpu else I.CPU_FREE
+
+    def allocate(self, n: int) -> list[int]:
+        if n == 0:
+            return []
+        p = probe.get()
+        with p.span(I.BLOCK_ALLOC) as sid:
+            ids = super().allocate(n)
+            p.set_str(sid, I.ROLE, S.ROLE_CACHE_MANAGER)
+            p.set_ints(sid, self._alloc_key, ids)
+        return ids
+
+    def free(self, ids: list[int]) -> None:
+        if not ids:
+            return
+        p = probe.get()
+        with p.span(I.BLOCK_FREE) as sid:
+            super().free(ids)
+            p.set_str(sid, I.ROLE, S.ROLE_CACHE_MANAGER)
+            p.set_ints(sid, self._free_key, ids)
+
+
 class CacheManager:
     def __init__(
         self, cfg: EngineConfig, rank: int, port: SwapPort, lock: HoldLock | None = None
     ) -> None:
         self.cfg = cfg
         self.rank = rank
-        self.gpu = BlockAllocator(cfg.gpu_blocks)
-        self.cpu = BlockAllocator(cfg.cpu_blocks)
+        self.gpu = TracedAllocator(cfg.gpu_blocks, S.POOL_GPU)
+        self.cpu = TracedAllocator(cfg.cpu_blocks, S.POOL_CPU)
         self.cache = PrefixCache()
         self.mutex = TracedMutex(f"kv_cache/dp{rank}")  # per process: seq-less objects pair by name
         self.stats = SwapStats()
@@ -80,6 +115,10 @@ class CacheManager:
         self._want_free = 0
         #: asynchronous swap-ins in flight: task id -> the entries it brings back
         self._loading: dict[int, list[Entry]] = {}
+        #: stores in flight (``store_on_fill``): task id -> (device block, host block, hash)
+        self._stores: dict[int, list[tuple[int, int, bytes]]] = {}
+        #: hashes of blocks with a store in flight
+        self._storing: set[bytes] = set()
 
     # -- the swap itself -------------------------------------------------------------------
     def issue_swap_task(
@@ -91,6 +130,7 @@ class CacheManager:
         trace_id: bytes | None = None,
         parent: int = 0,
         is_sync: bool = True,
+        after_step: int = 0,
     ) -> int:
         """Hand a swap to the transfer side; with ``is_sync`` wait until it has completed (the
         baseline holds its lock from before the hand-over until then). A swap for a request
@@ -108,7 +148,13 @@ class CacheManager:
             p.set_int(sid, I.BLOCKS, len(gpu_blocks))
             with self._lock.held(sid) if self._lock else contextlib.nullcontext():
                 task = SwapTask(
-                    task_id, direction, gpu_blocks, cpu_blocks, fps, p.traceparent(sid, trace_id)
+                    task_id,
+                    direction,
+                    gpu_blocks,
+                    cpu_blocks,
+                    fps,
+                    p.traceparent(sid, trace_id),
+                    after_step,
                 )
                 self._port.submit(task)
                 if is_sync:
@@ -136,7 +182,7 @@ class CacheManager:
             if self.gpu.num_free < blocks_needed - resident:
                 return None
             fresh = iter(self.gpu.allocate(blocks_needed - resident))
-            table, swap_in, pending = [], [], set()
+            table, swap_in, pending, waits = [], [], set(), 0
             for e in matched:
                 e.ref += 1
                 self.cache.touch(e)
@@ -145,6 +191,7 @@ class CacheManager:
                 elif e.swapping_in:  # another request's asynchronous swap-in: wait for it too
                     table.append(e.loading_to)
                     pending.add(e.loading_task)
+                    waits = max(waits, e.loading_task)
                 else:
                     e.swapping_in, e.loading_to = True, next(fresh)
                     swap_in.append(e)
@@ -162,6 +209,8 @@ class CacheManager:
                 parent,
                 is_sync=is_sync,
             )
+            if not skip_wait:  # the fault forgets the swap-in altogether
+                waits = max(waits, task)
             if is_sync or skip_wait:
                 self._loaded(swap_in)
             else:
@@ -176,6 +225,7 @@ class CacheManager:
             table[: len(matched)],
             [e.fp for e in matched],
             pending,
+            waits,
         )
 
     def _loaded(self, entries: list[Entry]) -> None:
@@ -195,14 +245,51 @@ class CacheManager:
         return not any(t in self._loading for t in adm.pending)
 
     def register_filled(self, hashes: list[bytes], blocks: list[int], fps: list[int]) -> list:
-        """Cache blocks a request has just filled; returns the entries it now holds."""
+        """Cache blocks a request has just filled; returns the entries it now holds. A block
+        whose store is still in flight stays on the device until it completes."""
         held = []
         with self.mutex:
             for h, b, fp in zip(hashes, blocks, fps, strict=True):
                 e = self.cache.insert(h, b, fp)
                 if e is not None:
+                    e.swapping_out = h in self._storing
                     held.append(e)
         return held
+
+    # -- write-through stores (``store_on_fill``, scheduler thread) -------------------------
+    def store_filled(self, step_seq: int, blocks: list[int], hashes: list[bytes]) -> None:
+        """Store the blocks step ``step_seq`` fills (hashes not cached yet) to the host pool,
+        issued as the step is dispatched: the copy waits for the step's compute-done event
+        before it reads, so nothing on the host orders it after the kernel."""
+        with self.mutex:
+            todo, seen = [], set(self._storing)
+            for b, h in zip(blocks, hashes, strict=True):
+                if self.cache.get(h) is None and h not in seen:
+                    seen.add(h)
+                    todo.append((b, h))
+            todo = todo[: max(0, self.cpu.num_free - self.cfg.swap_batch)]  # room for evictions
+            if not todo:
+                return
+            dsts = self.cpu.allocate(len(todo))
+            self._storing.update(h for _, h in todo)
+        gpu = [b for b, _ in todo]
+        task = self.issue_swap_task(S.TO_CPU, gpu, dsts, [], is_sync=False, after_step=step_seq)
+        self._stores[task] = [(b, c, h) for (b, h), c in zip(todo, dsts, strict=True)]
+
+    def poll_stores(self) -> None:
+        """Finish the stores that have completed: the entry (registered from the step's result
+        by now) keeps the host copy; a block that was not cached gives its host block back."""
+        for task in [t for t in self._stores if self._port.done(t)]:
+            with self.mutex:
+                for gpu, cpu, h in self._stores.pop(task):
+                    self._storing.discard(h)
+                    e = self.cache.get(h)  # cached while the store ran: this store's entry
+                    if e is not None and e.swapping_out and e.gpu == gpu and e.cpu is None:
+                        e.cpu = cpu
+                    else:
+                        self.cpu.free([cpu])
+                    if e is not None:
+                        e.swapping_out = False
 
     def release(self, entries: list[Entry], private: list[int]) -> None:
         """A request finished: drop its references and free its uncached blocks."""

@@ -19,7 +19,29 @@ WORKLOADS = ("prefix-swap", "swap-heavy", "no-swap")
 #: sync: admission waits for a request's swap-in (FastDeploy's is_sync=True); async: the
 #: request waits in its own state while the others run
 SWAP_INS = ("sync", "async")
-FAULTS = ("no-wait-swap-in", "free-before-swap-out", "ack-before-copy")
+#: the asynchronous engine's faults (``--device-async``), after bugs engines shipped:
+#: store-before-compute-done (vLLM #45704: a store copies blocks the compute stream is still
+#: writing; needs ``--store-on-fill``), foreign-stream-write (LMCache PR #2671: a swap-in
+#: written on a stream of its own, which the event the worker waits on does not cover),
+#: reuse-staging-buffer (TensorRT-LLM PR #15546: the staging buffer refilled while the copy
+#: out of it is in flight; needs ``--swap-in async``, where swap-ins overlap)
+ASYNC_FAULTS = ("store-before-compute-done", "foreign-stream-write", "reuse-staging-buffer")
+FAULTS = ("no-wait-swap-in", "free-before-swap-out", "ack-before-copy", *ASYNC_FAULTS)
+#: what each asynchronous fault needs besides ``device_async`` (see ASYNC_FAULTS)
+_FAULT_NEEDS: dict[str, dict] = {
+    "store-before-compute-done": {"store_on_fill": True},
+    "reuse-staging-buffer": {"swap_in": "async"},
+}
+
+
+def fault_settings(fault: str) -> dict:
+    """The EngineConfig settings under which ``fault`` runs: none for the synchronous engine's
+    faults; ``device_async`` (and what else it needs) for the asynchronous engine's."""
+    if fault not in ASYNC_FAULTS:
+        return {}
+    return {"device_async": True, **_FAULT_NEEDS.get(fault, {})}
+
+
 #: the pre-fdprof switches of the baseline lock, still honoured: FastDeploy PR #6724 names the
 #: environment variable USE_KVCACHE_LOCK and the attribute FD_USE_KVCACHE_LOCK; both work
 LEGACY_LOCK_ENVS = ("USE_KVCACHE_LOCK", "FD_USE_KVCACHE_LOCK")
@@ -47,6 +69,15 @@ class EngineConfig:
     experts_per_rank: int = 2
     swap_in: str = "sync"
     fault: str | None = None
+    #: asynchronous device work (docs/engine.md, "Asynchronous device work"): the worker's
+    #: forward pass and the transfer's copies are queued on streams and ordered by events
+    device_async: bool = False
+    #: the baseline worker synchronises its compute stream before it unlocks (with
+    #: ``device_async``; no effect without a lock)
+    sync_before_unlock: bool = False
+    #: the lockless asynchronous engine stores every block a step fills to the host pool as
+    #: soon as the step is queued (write-through, as vLLM's CPU offload connector does)
+    store_on_fill: bool = False
     #: ms the transfer process sleeps before a copy; None: 0 without a fault, 150 with one
     fault_delay_ms: float | None = None
     # model
@@ -98,6 +129,31 @@ class EngineConfig:
                 self.fault_delay_ms is None or self.fault_delay_ms >= 0,
                 "--fault-delay-ms must not be negative",
             ),
+            (
+                self.device_async or not (self.sync_before_unlock or self.store_on_fill),
+                "--sync-before-unlock and --store-on-fill need --device-async",
+            ),
+            (
+                not self.store_on_fill or not self.locked,
+                "--store-on-fill needs --kv-lock none (the lock cannot cover a copy that must "
+                "follow a kernel queued after it)",
+            ),
+            (
+                not self.device_async or (self.tp == 1 and not self.ep),
+                "--device-async runs with --tp 1 and without --ep",
+            ),
+            (
+                self.fault not in ASYNC_FAULTS or self.device_async,
+                f"--fault {self.fault} needs --device-async",
+            ),
+            (
+                self.fault != "store-before-compute-done" or self.store_on_fill,
+                "--fault store-before-compute-done needs --store-on-fill",
+            ),
+            (
+                self.fault != "reuse-staging-buffer" or self.swap_in == "async",
+                "--fault reuse-staging-buffer needs --swap-in async (swap-ins overlap only there)",
+            ),
             (self.max_new_tokens >= 1, "max_new_tokens must be at least 1"),
             (self.heads % self.kv_heads == 0, "heads must be a multiple of kv_heads"),
         ]
@@ -106,10 +162,22 @@ class EngineConfig:
                 raise FdprofError(message)
 
     @property
-    def copy_delay_s(self) -> float:
+    def fault_delay_s(self) -> float:
         if self.fault_delay_ms is not None:
             return self.fault_delay_ms / 1000
         return 0.15 if self.fault else 0.0
+
+    @property
+    def copy_delay_s(self) -> float:
+        """How long the transfer waits before each copy; store-before-compute-done slows the
+        worker's forward pass instead (a slow kernel the store should have waited for)."""
+        return 0.0 if self.fault == "store-before-compute-done" else self.fault_delay_s
+
+    @property
+    def compute_delay_s(self) -> float:
+        """How long the worker's forward waits (on its stream) before a step that fills
+        blocks: store-before-compute-done's window."""
+        return self.fault_delay_s if self.fault == "store-before-compute-done" else 0.0
 
     @property
     def locked(self) -> bool:

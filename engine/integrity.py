@@ -7,6 +7,8 @@ block overwritten or copied at the wrong moment is detected, not guessed.
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from engine.results import IntegrityStats
@@ -18,11 +20,26 @@ def _blocks(pool: torch.Tensor, ids: list[int]) -> torch.Tensor:
     return pool.index_select(2, idx).transpose(0, 2).reshape(len(ids), -1)
 
 
-def fingerprints(pool: torch.Tensor, ids: list[int]) -> list[int]:
+def fingerprint_tensor(pool: torch.Tensor, ids: list[int]) -> torch.Tensor:
+    """The fingerprints of blocks ``ids`` as a tensor on the pool's device (no host read: the
+    asynchronous worker reads it after its step's event)."""
     if not ids:
-        return []
+        return torch.zeros(0, dtype=torch.int64)
     rows = _blocks(pool, ids).contiguous().view(torch.int32)
-    return rows.sum(dim=1, dtype=torch.int64).tolist()
+    return rows.sum(dim=1, dtype=torch.int64)
+
+
+def fingerprints(pool: torch.Tensor, ids: list[int]) -> list[int]:
+    return fingerprint_tensor(pool, ids).tolist()
+
+
+def run_sums(pool: torch.Tensor, ids: list[int]) -> torch.Tensor:
+    """One sum per run of consecutive blocks of ``ids`` (sorted): finite unless the run holds
+    a NaN/Inf (see :meth:`IntegrityChecker.count_nonfinite_blocks`)."""
+    runs = _runs(ids)
+    if not runs:
+        return torch.zeros(0)
+    return torch.stack([pool[:, :, lo:hi].sum() for lo, hi in runs])
 
 
 def _runs(ids: list[int]) -> list[tuple[int, int]]:
@@ -49,6 +66,15 @@ class IntegrityChecker:
         self.stats.nan += bad
         return bad
 
+    def count_nonfinite_runs(self, pool: torch.Tensor, ids: list[int], sums: list[float]) -> int:
+        """:meth:`count_nonfinite_blocks` given the runs' sums (:func:`run_sums`)."""
+        bad = 0
+        for (lo, hi), total in zip(_runs(ids), sums, strict=True):
+            if not math.isfinite(total):
+                bad += int((~torch.isfinite(pool[:, :, lo:hi])).sum())
+        self.stats.nan += bad
+        return bad
+
     def count_nonfinite_blocks(self, pool: torch.Tensor, ids: list[int]) -> int:
         """NaN/Inf values in blocks ``ids`` (sorted) of a pool, counted. A run of consecutive
         blocks is summed in place (no copy); only a run whose sum is not finite is counted
@@ -69,6 +95,10 @@ class IntegrityChecker:
         rows = _blocks(pool, ids).contiguous()
         self.stats.nan += int((~torch.isfinite(rows)).sum())
         got = rows.view(torch.int32).sum(dim=1, dtype=torch.int64).tolist()
+        return self.tally(ids, got, expected)
+
+    def tally(self, ids: list[int], got: list[int], expected: list[int]) -> list[int]:
+        """Count blocks ``ids`` whose fingerprints ``got`` differ from ``expected``; those ids."""
         bad = [b for b, g, e in zip(ids, got, expected, strict=True) if g != e]
         self.stats.blocks_checked += len(ids)
         self.stats.mismatches += len(bad)

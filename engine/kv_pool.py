@@ -19,9 +19,10 @@ def map_pool(path: Path, cfg: EngineConfig, num_blocks: int) -> torch.Tensor:
     return t.view(shape)
 
 
-def host_pool(cfg: EngineConfig, device: str) -> torch.Tensor:
-    """The transfer process's host pool; pinned when the device pool is on a GPU."""
-    t = torch.zeros(cfg.kv_shape(cfg.cpu_blocks), dtype=torch.float32)
+def host_pool(cfg: EngineConfig, device: str, extra: int = 0) -> torch.Tensor:
+    """The transfer process's host pool (and ``extra`` blocks after it: the asynchronous
+    engine's staging buffer); pinned when the device pool is on a GPU."""
+    t = torch.zeros(cfg.kv_shape(cfg.cpu_blocks + extra), dtype=torch.float32)
     return t.pin_memory() if device == "cuda" else t
 
 

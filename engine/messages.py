@@ -32,6 +32,9 @@ class SwapTask:
     cpu_blocks: list[int]
     fps: list[Fingerprint]
     traceparent: str = ""
+    #: asynchronous engine: the step (sequence number) whose forward pass the copy must wait
+    #: for before it reads (a store of the blocks that step fills); 0: none
+    after_step: int = 0
 
 
 @dataclass(frozen=True)
@@ -54,6 +57,9 @@ class Batch:
     step: int
     seq: int
     seqs: list[BatchSeq]
+    #: asynchronous engine: the last swap-in (task id) whose blocks this step reads for the
+    #: first time; the forward waits on its event (swap-ins complete in task order); 0: none
+    after_swap_in: int = 0
 
 
 @dataclass(frozen=True)

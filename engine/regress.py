@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from engine.config import FAULTS, EngineConfig
+from engine.config import FAULTS, EngineConfig, fault_settings
 from engine.launcher import run_engine
 from engine.reference import compare_tokens, reference_config
 from engine.results import RunResults
@@ -55,6 +55,8 @@ class Outcome:
     broken_locks: int
     #: pairs of a swap-out and a swap-in in flight at once in one transfer process
     both_ways: int
+    #: accesses outside their block's lifetime (use after free, freed while in use)
+    lifetime: int = 0
 
     @property
     def mismatches(self) -> int:
@@ -71,7 +73,9 @@ class Outcome:
     @property
     def flagged(self) -> bool:
         """Something is wrong with this run by any of the four checks."""
-        return bool(self.races or self.mismatches or self.nan or not self.tokens_equal)
+        return bool(
+            self.races or self.lifetime or self.mismatches or self.nan or not self.tokens_equal
+        )
 
     @property
     def passed(self) -> bool:
@@ -107,8 +111,14 @@ def cases(short: bool = False, requests: int | None = None) -> list[Case]:
         ep = base.with_(kv_lock=lock, dp=2, ep=True, requests=2 * n)  # as many per group
         out.append(Case(f"dp2-ep {lock}", ep, (0, 1)))
         out.append(Case(f"tp2 {lock}", base.with_(kv_lock=lock, tp=2), (0, 1)))
+    for lock in ("ipc", "none"):
+        out.append(Case(f"device-async {lock}", base.with_(kv_lock=lock, device_async=True),
+                        (0, 1)))  # fmt: skip
+    out.append(Case("device-async none store-on-fill",
+                    base.with_(device_async=True, store_on_fill=True), (0, 1)))  # fmt: skip
     for fault in FAULTS:
-        out.append(Case(f"fault {fault}", base.with_(fault=fault, workload="prefix-swap"), (0,)))
+        cfg = base.with_(fault=fault, workload="prefix-swap", **fault_settings(fault))
+        out.append(Case(f"fault {fault}", cfg, (0,)))
     return out
 
 
@@ -151,11 +161,12 @@ class Suite:
         trace = load(run_dir)
         counts = find_hazards(trace).counts
         out = Outcome(case, seed, results, counts["races"], counts["broken_locks"],
-                      swaps_both_ways(trace))  # fmt: skip
+                      swaps_both_ways(trace), counts["lifetime"])  # fmt: skip
         self.log(
             f"{case.name:<32} seed {seed}: {results.swaps.to_cpu}/{results.swaps.to_gpu} swaps, "
-            f"{out.both_ways} both ways at once, {out.races} races, {out.broken_locks} broken-lock "
-            f"pairs, {out.mismatches} mismatches, {out.nan} NaN/Inf, tokens "
+            f"{out.both_ways} both ways at once, {out.races} races, {out.lifetime} lifetime "
+            f"violations, {out.broken_locks} broken-lock pairs, {out.mismatches} mismatches, "
+            f"{out.nan} NaN/Inf, tokens "
             f"{'=' if out.tokens_equal else '!='} reference"
             f"{'' if out.passed else '  FAILED'}"
         )
@@ -177,6 +188,7 @@ class Row:
             self.name,
             str(len(o)),
             str(sum(x.races for x in o)),
+            str(sum(x.lifetime for x in o)),
             f"{sum(x.broken_locks > 0 for x in o)}/{len(o)}",
             str(sum(x.mismatches for x in o)),
             str(sum(x.nan for x in o)),
@@ -188,8 +200,8 @@ class Row:
         ]
 
 
-HEADER = ["case", "runs", "races", "broken lock", "mismatches", "NaN/Inf", "tokens = ref",
-          "swaps both ways at once", "verdict"]  # fmt: skip
+HEADER = ["case", "runs", "races", "lifetime", "broken lock", "mismatches", "NaN/Inf",
+          "tokens = ref", "swaps both ways at once", "verdict"]  # fmt: skip
 
 
 def summary(outcomes: list[Outcome]) -> str:
@@ -202,7 +214,8 @@ def summary(outcomes: list[Outcome]) -> str:
     clean = [o for o in outcomes if not o.case.faulty]
     total = (
         f"{len(outcomes)} runs ({len(clean)} correct, {len(outcomes) - len(clean)} seeded "
-        f"faults): {sum(o.races for o in clean)} races, {sum(o.mismatches for o in clean)} "
+        f"faults): {sum(o.races for o in clean)} races, "
+        f"{sum(o.lifetime for o in clean)} lifetime violations, {sum(o.mismatches for o in clean)} "
         f"mismatches, {sum(o.nan for o in clean)} NaN/Inf, "
         f"{sum(o.tokens_equal for o in clean)}/{len(clean)} token-equal to the reference; "
         f"faults flagged {sum(o.flagged for o in outcomes if o.case.faulty)}/"

@@ -133,10 +133,20 @@ class Scheduler:
         if not self.running:
             return None
         p = probe.get()
-        seqs = []
+        seqs, after_swap_in = [], 0
+        bs = self.cfg.block_size
+        store_blocks: list[int] = []
+        store_hashes: list[bytes] = []
         for r in self.running:
             check = not r.checked
             r.checked = True
+            if check:
+                after_swap_in = max(after_swap_in, r.adm.swap_in_task)
+            if self.cfg.store_on_fill:
+                full = len(r.tokens) // bs  # every token of this step is an input by now
+                if full > r.num_registered:
+                    store_hashes += block_hashes(r.tokens, bs, limit=full)[r.num_registered :]
+                    store_blocks += r.adm.table[r.num_registered : full]
             seqs.append(
                 BatchSeq(
                     r.spec.request_id,
@@ -149,7 +159,12 @@ class Scheduler:
                 )
             )
         self.steps += 1
-        return Batch(self.steps, self.rank * SEQ_STRIDE + self.steps, seqs)
+        batch = Batch(self.steps, self.rank * SEQ_STRIDE + self.steps, seqs, after_swap_in)
+        if self.cfg.store_on_fill:
+            self.cm.poll_stores()
+            if store_blocks:
+                self.cm.store_filled(batch.seq, store_blocks, store_hashes)
+        return batch
 
     def update(self, batch: Batch, result: StepResult) -> list[int]:
         """Apply ``result`` of ``batch``: one new token per sequence, the blocks it filled into

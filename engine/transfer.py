@@ -6,7 +6,8 @@ creation there (PR #6144). Swap tasks run on two single-thread executors, one pe
 (SWAP2CPU, SWAP2GPU), so a swap-out and a swap-in can be in flight at once. A copy merges runs
 of consecutive blocks into one call that covers all layers (``swap_cache_all_layers``), on the
 direction's own stream on CUDA, synchronised before completion is signalled; every copy is
-checked against the fingerprints the task carries.
+checked against the fingerprints the task carries. With ``--device-async`` the copies are
+queued on a copy stream per direction and ordered by events (:class:`AsyncCopies`).
 """
 
 from __future__ import annotations
@@ -17,12 +18,14 @@ from concurrent.futures import Future, ThreadPoolExecutor
 import torch
 
 from engine import instrument as I
+from engine.device import Device, DeviceError, Event, SharedEvent, open_device
 from engine.integrity import IntegrityChecker
 from engine.ipc import SwapSignal, create_shm_file, recv
 from engine.kv_pool import host_pool, map_pool, resolve_device
 from engine.messages import SwapTask, tp_seq
 from engine.process import ProcessContext
 from engine.results import IntegrityStats, WorkerStats
+from engine.streams import ipc_events, shared_events
 from fdprof import probe
 from fdprof import semconv as S
 
@@ -38,16 +41,17 @@ def block_runs(src: list[int], dst: list[int]) -> list[tuple[int, int, int]]:
     return runs
 
 
-def create_device_cache(ctx: ProcessContext, device: str) -> torch.Tensor:
-    """This rank's device pool, made here and handed to the worker through ``setup_q``."""
+def create_device_cache(ctx: ProcessContext, device: str, ipc: dict | None = None) -> torch.Tensor:
+    """This rank's device pool, made here and handed to the worker through ``setup_q`` (with
+    the interprocess events of ``--device-async`` on CUDA)."""
     shape = ctx.cfg.kv_shape(ctx.cfg.gpu_blocks)
     if device == "cuda":
         pool = torch.zeros(shape, device="cuda")
-        ctx.setup_q.put(("cuda", pool))  # shared over CUDA IPC by torch's reductions
+        ctx.setup_q.put(("cuda", pool, ipc))  # shared over CUDA IPC by torch's reductions
         return pool
     path = ctx.paths.gpu_pool(ctx.rank, ctx.tp_rank)
     create_shm_file(path, ctx.cfg.pool_bytes(ctx.cfg.gpu_blocks))
-    ctx.setup_q.put(("cpu", str(path)))
+    ctx.setup_q.put(("cpu", str(path), ipc))
     return map_pool(path, ctx.cfg, ctx.cfg.gpu_blocks)
 
 
@@ -56,7 +60,9 @@ class Transfer:
         self.cfg = ctx.cfg
         self.tp_rank = ctx.tp_rank
         self.dev = dev_pool
-        self.host = host_pool(ctx.cfg, device)
+        #: the asynchronous engine's staging buffer follows the host pool's blocks
+        staging = ctx.cfg.gpu_blocks if ctx.cfg.device_async else 0
+        self.host = host_pool(ctx.cfg, device, staging)
         self.signal = SwapSignal(ctx.paths.signal(ctx.rank, ctx.tp_rank))
         cuda = device == "cuda"
         #: per direction: its executor (one thread: tasks of a direction run in order), its
@@ -68,6 +74,7 @@ class Transfer:
         }  # fmt: skip
         self.streams = {d: torch.cuda.Stream() if cuda else None for d in self.executors}
         self.integrity = {d: IntegrityChecker() for d in self.executors}
+        self.copies: AsyncCopies | None = None
 
     def submit(self, task: SwapTask) -> Future:
         return self.executors[task.direction].submit(self.swap, task)
@@ -75,7 +82,15 @@ class Transfer:
     def close(self) -> IntegrityStats:
         for ex in self.executors.values():
             ex.shutdown(wait=True)
+        if self.copies is not None:
+            self.copies.close()
         return IntegrityStats.total(c.stats for c in self.integrity.values())
+
+    def pace(self, blocks: int, t0: float) -> None:
+        """Sleep until ``blocks`` blocks would have crossed the configured link since ``t0``."""
+        if self.cfg.link_gbps > 0:
+            link_s = blocks * self.cfg.pool_bytes(1) / (self.cfg.link_gbps * 1e9)
+            time.sleep(max(0.0, t0 + link_s - time.monotonic()))
 
     def _copy(self, direction: str, src: torch.Tensor, dst: torch.Tensor, s_ids, d_ids) -> None:
         """Merged runs, all layers per call, no faster than the configured link."""
@@ -86,9 +101,7 @@ class Transfer:
                 dst[:, :, d : d + n].copy_(src[:, :, s : s + n], non_blocking=stream is not None)
         if stream is not None:
             stream.synchronize()
-        if self.cfg.link_gbps > 0:
-            link_s = len(s_ids) * self.cfg.pool_bytes(1) / (self.cfg.link_gbps * 1e9)
-            time.sleep(max(0.0, t0 + link_s - time.monotonic()))
+        self.pace(len(s_ids), t0)
 
     def swap(self, task: SwapTask) -> None:
         p = probe.get()
@@ -103,6 +116,9 @@ class Transfer:
             p.set_int(sid, I.TASK_ID, task.task_id)
             p.set_str(sid, I.DIRECTION, task.direction)
             p.set_int(sid, I.BLOCKS, len(task.gpu_blocks))
+            if self.copies is not None:
+                self.copies.launch(task, sid, None if early_ack else seq)
+                return
             if task.direction == S.TO_CPU:
                 read_key, src, read = I.GPU_READ, self.dev, task.gpu_blocks
                 write_key, dst, written = I.CPU_WRITE, self.host, task.cpu_blocks
@@ -122,10 +138,135 @@ class Transfer:
             self.signal.set(seq)
 
 
+class AsyncCopies:
+    """The asynchronous engine's copies (docs/engine.md, "Asynchronous device work"): each
+    direction's executor thread prepares a task and launches its copy on the direction's
+    stream, records the copy's event and goes on to the next task; a completion thread per
+    direction waits on the event and then signals completion. A store (``after_step``) waits
+    on the worker's compute-done event before it reads; a swap-in is first staged on the host
+    into the staging buffer (host blocks from ``cpu_blocks`` on), once the copy out of it
+    before has run, and records the swap-in event the worker's forward waits on."""
+
+    def __init__(self, transfer: Transfer, dev: Device, events: dict[str, SharedEvent]) -> None:
+        self.t = transfer
+        self.cfg = transfer.cfg
+        self.dev = dev
+        self.streams = {d: dev.stream() for d in (S.TO_CPU, S.TO_GPU)}
+        #: foreign-stream-write: swap-ins written on a stream of their own
+        self.foreign = dev.stream() if self.cfg.fault == "foreign-stream-write" else None
+        self.compute_done = events[S.COMPUTE_DONE_EVENT]
+        self.swapped_in = events[S.SWAP_IN_EVENT]
+        self.copied_out = dev.event()
+        self.staging_free = dev.event()
+        self.staging = list(range(self.cfg.cpu_blocks, self.cfg.cpu_blocks + self.cfg.gpu_blocks))
+        self.completions = {
+            d: ThreadPoolExecutor(1, f"complete_{d}", initializer=probe.get().name_thread,
+                                  initargs=(f"complete_{d}",))
+            for d in self.streams
+        }  # fmt: skip
+        self.pending: list[Future] = []
+
+    def launch(self, task: SwapTask, sid: int, signal_seq: int | None) -> None:
+        """Queue ``task``'s copy (host span ``sid``) and hand its completion on; signal
+        ``signal_seq`` once the copy's event has completed (None: already signalled)."""
+        p = probe.get()
+        t, cfg = self.t, self.cfg
+        stream = self.streams[task.direction]
+        expected = [fp[t.tp_rank] for fp in task.fps]
+        if task.direction == S.TO_CPU:
+            if task.after_step and cfg.fault != "store-before-compute-done":
+                stream.wait(self.compute_done, task.after_step)
+            target, src, read_ids, dst = stream, t.dev, task.gpu_blocks, t.host
+            read_key, write_key, written = I.GPU_READ, I.CPU_WRITE, task.cpu_blocks
+        else:
+            target, src, read_ids = stream, t.host, task.cpu_blocks
+            if self.foreign is not None:
+                target = self.foreign  # the bug: no event of this stream is waited on
+            else:
+                read_ids = self._stage(task, sid)
+            dst, read_key, write_key, written = t.dev, I.CPU_READ, I.GPU_WRITE, task.gpu_blocks
+        out: dict = {}
+        checker = t.integrity[task.direction]
+        args = (src, dst, read_ids, written, expected, checker, out)
+        dsid = target.launch(I.SWAP_COPY, self._copy, *args, parent=sid)
+        p.set_int(dsid, I.TASK_ID, task.task_id)
+        p.set_ints(dsid, read_key, read_ids)
+        p.set_ints(dsid, write_key, written)
+        if task.direction == S.TO_CPU:
+            stream.record(self.copied_out)
+            event, generation = self.copied_out, self.copied_out.generation
+        else:
+            if target is stream:
+                stream.record(self.staging_free)
+            stream.record(self.swapped_in, task.task_id)
+            event, generation = self.swapped_in, task.task_id
+        done = self.completions[task.direction].submit(
+            self._complete, event, generation, dsid, out, signal_seq
+        )
+        for f in [f for f in self.pending if f.done()]:
+            f.result()  # a failed completion raises here
+        self.pending = [f for f in self.pending if not f.done()] + [done]
+
+    def _stage(self, task: SwapTask, sid: int) -> list[int]:
+        """Copy the task's host blocks into the staging buffer (on the host, once the copy out
+        of it before has run); the staging blocks the device copy reads."""
+        p = probe.get()
+        n = len(task.cpu_blocks)
+        if n > len(self.staging):
+            raise ValueError(f"swap-in of {n} blocks exceeds the staging buffer")
+        staged = self.staging[:n]
+        if self.cfg.fault != "reuse-staging-buffer":
+            self.staging_free.synchronize()
+        with p.span(I.SWAP_STAGE, sid) as st:
+            p.set_ints(st, I.CPU_READ, task.cpu_blocks)
+            p.set_ints(st, I.CPU_WRITE, staged)
+            host = self.t.host
+            idx = torch.tensor(task.cpu_blocks)
+            host[:, :, staged[0] : staged[0] + n] = host.index_select(2, idx)
+        return staged
+
+    def _copy(self, src, dst, s_ids, d_ids, expected, checker, out) -> None:
+        """The device copy (on its stream): the fault's delay, the merged runs at the link's
+        pace, then the destination checked against the fingerprints."""
+        try:
+            with torch.inference_mode():
+                if self.cfg.copy_delay_s:
+                    time.sleep(self.cfg.copy_delay_s)
+                t0 = time.monotonic()
+                for s, d, n in block_runs(s_ids, d_ids):
+                    dst[:, :, d : d + n].copy_(src[:, :, s : s + n], non_blocking=True)
+                self.t.pace(len(s_ids), t0)
+                if expected:
+                    out["bad"] = checker.check(dst, d_ids, expected)
+        except BaseException as exc:  # noqa: BLE001 - raised on the host by _complete
+            out["error"] = exc
+
+    def _complete(self, event: Event, generation: int, dsid: int, out: dict, seq) -> None:
+        """The host waits on the copy's event, then signals completion."""
+        event.synchronize(generation)
+        if "error" in out:
+            raise DeviceError(f"swap copy failed: {out['error']!r}") from out["error"]
+        if out.get("bad"):
+            probe.get().set_ints(dsid, I.MISMATCHES, out["bad"])
+        if seq is not None:
+            self.t.signal.set(seq)
+
+    def close(self) -> None:
+        for ex in self.completions.values():
+            ex.shutdown(wait=True)
+        self.dev.close()
+        for f in self.pending:
+            f.result()  # a failed copy raises here
+
+
 def serve(ctx: ProcessContext) -> WorkerStats:
     torch.set_num_threads(1)
     device = resolve_device(ctx.cfg.device)
-    transfer = Transfer(ctx, device, create_device_cache(ctx, device))
+    ipc = ipc_events(device) if ctx.cfg.device_async else None
+    transfer = Transfer(ctx, device, create_device_cache(ctx, device, ipc))
+    if ctx.cfg.device_async:
+        dev = open_device(device)
+        transfer.copies = AsyncCopies(transfer, dev, shared_events(dev, ctx, ipc))
     p = probe.get()
     p.name_thread("transfer")
     ctx.report("ready", "transfer", {"device": device, "kv_cache": "owner"})

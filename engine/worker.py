@@ -7,6 +7,12 @@ of the blocks it fills (its shard's). In the baseline it holds the KV lock aroun
 ``execute_model`` on TP rank 0 only, as FastDeploy's worker does
 (``_acquire_kvcache_lock(tp_rank)``); the other ranks follow through the collectives.
 
+With ``--device-async`` (:class:`AsyncWorker`) ``execute_model`` only queues the step's forward
+pass on the compute stream (after a wait on the swap-in event, before a record of the
+compute-done event) and returns; the lock is released then (or, with ``--sync-before-unlock``,
+after the stream has been synchronised), and the host waits on the compute-done event before
+it reads the step's tokens and sends the result.
+
 Under expert parallelism the workers of all DP groups run in lockstep, as FastDeploy's do: each
 iteration they agree (one all-gather) whether anyone still has work, and a worker with no batch
 runs ``execute_model`` on an empty one, joining the expert exchanges with no tokens.
@@ -16,28 +22,33 @@ from __future__ import annotations
 
 import contextlib
 import queue
+import time
+from dataclasses import dataclass, field
 
 import torch
 
 from engine import instrument as I
 from engine.collectives import Collective
-from engine.integrity import IntegrityChecker, fingerprints
+from engine.device import Device, DeviceError, SharedEvent, open_device
+from engine.integrity import IntegrityChecker, fingerprint_tensor, fingerprints, run_sums
 from engine.ipc import KvLock, Stopped, recv
 from engine.kv_pool import map_pool
 from engine.messages import Batch, StepResult, tp_seq
 from engine.model import Decoder, SeqInput
 from engine.process import ProcessContext
 from engine.results import WorkerStats
+from engine.streams import shared_events
 from fdprof import probe
 from fdprof import semconv as S
 
 
-def attach_device_cache(ctx: ProcessContext) -> tuple[str, torch.Tensor]:
-    """The device and the device pool the transfer process created (it says where)."""
-    device, where = recv(ctx.setup_q, ctx.control)
+def attach_device_cache(ctx: ProcessContext) -> tuple[str, torch.Tensor, dict | None]:
+    """The device, the device pool the transfer process created (it says where) and, on CUDA
+    with ``--device-async``, the interprocess events it made."""
+    device, where, ipc = recv(ctx.setup_q, ctx.control)
     if device == "cuda":
-        return device, where
-    return device, map_pool(where, ctx.cfg, ctx.cfg.gpu_blocks)
+        return device, where, ipc
+    return device, map_pool(where, ctx.cfg, ctx.cfg.gpu_blocks), ipc
 
 
 #: how long a worker under expert parallelism waits for a batch before it runs an empty step
@@ -62,6 +73,38 @@ class Worker:
         self.model = Decoder(ctx.cfg, device, self.tp_rank, tp_group, ep_group)
         self.integrity = IntegrityChecker()
 
+    def _plan(self, batch: Batch) -> StepPlan:
+        bs = self.cfg.block_size
+        plan = StepPlan(batch)
+        reads: set[int] = set()
+        writes: set[int] = set()
+        for s in batch.seqs:
+            end = s.start + len(s.tokens)
+            reads.update(s.block_table[: -(-end // bs)])
+            for pos in range(s.start, end):
+                writes.add(s.block_table[pos // bs])
+                if (pos + 1) % bs == 0:
+                    plan.filled.append(s.block_table[pos // bs])
+            plan.check_blocks += s.check_blocks
+            plan.check_fps += [fp[self.tp_rank] for fp in s.check_fps]
+            plan.seqs.append(SeqInput(s.tokens, s.start, s.block_table))
+        plan.reads, plan.writes = sorted(reads), sorted(writes)
+        return plan
+
+    def _describe(self, sid: int, plan: StepPlan) -> None:
+        """The host span's attributes (the step, the batch, the requests it serves)."""
+        p = probe.get()
+        p.set_int(sid, I.STEP_ID, plan.batch.step)
+        p.set_int(sid, I.BATCH_SIZE, len(plan.seqs))
+        p.set_int(sid, I.BATCH_TOKENS, sum(len(s.tokens) for s in plan.seqs))
+        for s in plan.batch.seqs:
+            p.link_context(sid, s.traceparent, link=True)
+
+    def _result(self, plan: StepPlan, next_tokens: list[int], fps: list[int]) -> StepResult:
+        filled_fps = {b: (fp,) for b, fp in zip(plan.filled, fps, strict=True)}
+        batch = plan.batch
+        return StepResult(batch.step, batch.seq, next_tokens, filled_fps, self.tp_rank)
+
     @torch.inference_mode()
     def execute_model(self, batch: Batch) -> StepResult | None:
         """The step's result; None for an empty batch (it only joins the collectives)."""
@@ -71,40 +114,100 @@ class Worker:
                 self.model.join_empty()
             return None
         p = probe.get()
-        bs = self.cfg.block_size
-        reads: set[int] = set()
-        writes: set[int] = set()
-        filled: list[int] = []
-        check_blocks, check_fps = [], []
-        seqs = []
-        for s in batch.seqs:
-            end = s.start + len(s.tokens)
-            reads.update(s.block_table[: -(-end // bs)])
-            for pos in range(s.start, end):
-                writes.add(s.block_table[pos // bs])
-                if (pos + 1) % bs == 0:
-                    filled.append(s.block_table[pos // bs])
-            check_blocks += s.check_blocks
-            check_fps += [fp[self.tp_rank] for fp in s.check_fps]
-            seqs.append(SeqInput(s.tokens, s.start, s.block_table))
+        plan = self._plan(batch)
         with p.span(I.EXECUTE_MODEL) as sid:
-            p.set_int(sid, I.STEP_ID, batch.step)
-            p.set_int(sid, I.BATCH_SIZE, len(seqs))
-            p.set_int(sid, I.BATCH_TOKENS, sum(len(s.tokens) for s in seqs))
-            p.set_ints(sid, I.GPU_READ, sorted(reads))
-            p.set_ints(sid, I.GPU_WRITE, sorted(writes))
-            for s in batch.seqs:
-                p.link_context(sid, s.traceparent, link=True)
-            bad = self.integrity.check(self.pool, check_blocks, check_fps)
+            self._describe(sid, plan)
+            p.set_ints(sid, I.GPU_READ, plan.reads)
+            p.set_ints(sid, I.GPU_WRITE, plan.writes)
+            bad = self.integrity.check(self.pool, plan.check_blocks, plan.check_fps)
             if bad:
                 p.set_ints(sid, I.MISMATCHES, bad)
-            logits = self.model.forward_paged(self.pool, seqs)
+            logits = self.model.forward_paged(self.pool, plan.seqs)
             self.integrity.count_nonfinite(logits)
-            self.integrity.count_nonfinite_blocks(self.pool, sorted(reads | writes))
+            self.integrity.count_nonfinite_blocks(self.pool, plan.reads_writes)
             next_tokens = logits.argmax(-1).tolist()
-            fps = fingerprints(self.pool, filled)
-        filled_fps = {b: (fp,) for b, fp in zip(filled, fps, strict=True)}
-        return StepResult(batch.step, batch.seq, next_tokens, filled_fps, self.tp_rank)
+            fps = fingerprints(self.pool, plan.filled)
+        return self._result(plan, next_tokens, fps)
+
+
+@dataclass
+class StepPlan:
+    """What one step touches, worked out on the host from its batch."""
+
+    batch: Batch
+    seqs: list[SeqInput] = field(default_factory=list)
+    reads: list[int] = field(default_factory=list)
+    writes: list[int] = field(default_factory=list)
+    filled: list[int] = field(default_factory=list)
+    check_blocks: list[int] = field(default_factory=list)
+    check_fps: list[int] = field(default_factory=list)
+    #: asynchronous engine: the forward's span on the compute stream, and what it left there
+    device_sid: int = 0
+    out: dict = field(default_factory=dict)
+
+    @property
+    def reads_writes(self) -> list[int]:
+        return sorted(set(self.reads) | set(self.writes))
+
+
+class AsyncWorker(Worker):
+    """The worker of the asynchronous engine: ``execute_model`` queues the step's forward pass
+    on the compute stream and returns (the host call of an asynchronous engine); the forward
+    first waits on the swap-in event of the blocks it reads for the first time, and records
+    the compute-done event after it. :meth:`finish` waits on that event on the host before it
+    reads the step's tokens and fingerprints."""
+
+    def __init__(self, ctx: ProcessContext, device: str, pool: torch.Tensor, dev: Device,
+                 events: dict[str, SharedEvent]) -> None:  # fmt: skip
+        super().__init__(ctx, device, pool)
+        self.compute = dev.stream()
+        self.compute_done = events[S.COMPUTE_DONE_EVENT]
+        self.swapped_in = events[S.SWAP_IN_EVENT]
+
+    def execute_model(self, batch: Batch) -> StepPlan:
+        p = probe.get()
+        plan = self._plan(batch)
+        with p.span(I.EXECUTE_MODEL) as sid:
+            self._describe(sid, plan)
+            if batch.after_swap_in:
+                self.compute.wait(self.swapped_in, batch.after_swap_in)
+            plan.device_sid = dsid = self.compute.launch(I.FORWARD, self._forward, plan, parent=sid)
+            p.set_int(dsid, I.STEP_ID, batch.step)
+            p.set_ints(dsid, I.GPU_READ, plan.reads)
+            p.set_ints(dsid, I.GPU_WRITE, plan.writes)
+            self.compute.record(self.compute_done, batch.seq)
+        return plan
+
+    def _forward(self, plan: StepPlan) -> None:
+        """The step's device work (on the compute stream): everything that reads or writes the
+        pool, its results left as tensors in ``plan.out``."""
+        out = plan.out
+        try:
+            with torch.inference_mode():
+                if self.cfg.compute_delay_s and plan.filled:
+                    time.sleep(self.cfg.compute_delay_s)  # the fault's slow kernel
+                out["check"] = fingerprint_tensor(self.pool, plan.check_blocks)
+                logits = self.model.forward_paged(self.pool, plan.seqs)
+                out["nonfinite"] = (~torch.isfinite(logits)).sum()
+                out["sums"] = run_sums(self.pool, plan.reads_writes)
+                out["tokens"] = logits.argmax(-1)
+                out["fps"] = fingerprint_tensor(self.pool, plan.filled)
+        except BaseException as exc:  # noqa: BLE001 - raised on the host by finish()
+            out["error"] = exc
+
+    def finish(self, plan: StepPlan) -> StepResult:
+        """Wait on the step's compute-done event, then read what the forward left."""
+        self.compute_done.synchronize(plan.batch.seq)
+        out = plan.out
+        if "error" in out:
+            raise DeviceError(f"forward pass failed: {out['error']!r}") from out["error"]
+        got = out["check"].tolist()
+        bad = self.integrity.tally(plan.check_blocks, got, plan.check_fps)
+        if bad:
+            probe.get().set_ints(plan.device_sid, I.MISMATCHES, bad)
+        self.integrity.stats.nan += int(out["nonfinite"])
+        self.integrity.count_nonfinite_runs(self.pool, plan.reads_writes, out["sums"].tolist())
+        return self._result(plan, out["tokens"].tolist(), out["fps"].tolist())
 
 
 def _groups(ctx: ProcessContext, device: str) -> tuple[Collective | None, Collective | None]:
@@ -131,8 +234,13 @@ class _Loop:
         p = probe.get()
         if batch.seqs:
             p.acquire(I.QUEUE_BATCH, batch.seq)
+        worker = self.worker
         with self.lock.held() if self.lock else contextlib.nullcontext():
-            result = self.worker.execute_model(batch)
+            result = worker.execute_model(batch)
+            if isinstance(worker, AsyncWorker) and self.ctx.cfg.sync_before_unlock:
+                worker.compute.synchronize()
+        if isinstance(worker, AsyncWorker):
+            result = worker.finish(result)
         if result is not None:
             p.release(I.QUEUE_RESULT, tp_seq(result.seq, self.worker.tp_rank))
             self.ctx.result_q.put(result)
@@ -163,9 +271,15 @@ class _Loop:
 
 def serve(ctx: ProcessContext) -> WorkerStats:
     torch.set_num_threads(1)
-    device, pool = attach_device_cache(ctx)
-    tp_group, ep_group = _groups(ctx, device)
-    worker = Worker(ctx, device, pool, tp_group, ep_group)
+    device, pool, ipc = attach_device_cache(ctx)
+    dev = None
+    if ctx.cfg.device_async:
+        dev = open_device(device)
+        worker = AsyncWorker(ctx, device, pool, dev, shared_events(dev, ctx, ipc))
+        tp_group = ep_group = None  # (--device-async runs with --tp 1, without --ep)
+    else:
+        tp_group, ep_group = _groups(ctx, device)
+        worker = Worker(ctx, device, pool, tp_group, ep_group)
     loop = _Loop(ctx, worker)
     probe.get().name_thread("worker")
     ctx.report("ready", "worker", {"device": device, "kv_cache": "attached"})
@@ -176,4 +290,6 @@ def serve(ctx: ProcessContext) -> WorkerStats:
     for group in (tp_group, ep_group):
         if group is not None:
             group.close()
+    if dev is not None:
+        dev.close()
     return WorkerStats(worker.integrity.stats, device)

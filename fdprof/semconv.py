@@ -46,6 +46,9 @@ DEVICE_MARKER_SPANS = (DEVICE_EVENT_RECORD, DEVICE_EVENT_WAIT)
 #: swap's copies on the transfer's copy stream
 FORWARD = "forward"
 SWAP_COPY = "swap_copy"
+#: the transfer's host copy of a swap-in's blocks into its staging buffer, before the device
+#: copy out of it (``--device-async``)
+SWAP_STAGE = "swap_stage"
 
 #: spans whose time is compute, swapping, or the lock, as the analyses group them
 COMPUTE_SPANS = (EXECUTE_MODEL,)
@@ -81,6 +84,14 @@ LANE = "fd.lane"
 REQUEST_ID = "fd.request_id"
 #: W3C traceparents of a span's links (a step span linking the requests it served)
 LINKS = "fd.links"
+#: attributes foreign readers keep from their source: a Chrome event's ``cat``; an nsys
+#: record's kind of device work (``kernel``, ``memcpy``, ``memset``), its columns under
+#: ``cuda.<column>`` (``cuda.correlationId``, ``cuda.demangled_name``, ...)
+CHROME_CATEGORY = "chrome.cat"
+CUDA_PREFIX = "cuda."
+CUDA_KIND = CUDA_PREFIX + "kind"
+CUDA_DEMANGLED_NAME = CUDA_PREFIX + "demangled_name"
+CUDA_CORRELATION_ID = CUDA_PREFIX + "correlationId"
 #: block ids a span reads or writes in the device (gpu) or host (cpu) pool
 KV_GPU_READ = "kv.gpu_read"
 KV_GPU_WRITE = "kv.gpu_write"
@@ -90,15 +101,29 @@ KV_CPU_WRITE = "kv.cpu_write"
 KV_LAYERS = "kv.layers"
 #: blocks whose content did not match the fingerprint they were written with
 KV_MISMATCHES = "kv.mismatches"
-#: attribute key -> (pool, mode) of the accesses it lists
-KV_ACCESS_KEYS: dict[str, tuple[str, str]] = {
-    KV_GPU_READ: ("gpu", "read"),
-    KV_GPU_WRITE: ("gpu", "write"),
-    KV_CPU_READ: ("cpu", "read"),
-    KV_CPU_WRITE: ("cpu", "write"),
-}
+#: block ids an allocator span hands out (alloc) or takes back (free) in a pool: the block's
+#: lifetimes, which the hazards analysis checks every access against (an access ordered after
+#: the free that ended its block's lifetime, or unordered with it, is a lifetime violation)
+KV_GPU_ALLOC = "kv.gpu_alloc"
+KV_GPU_FREE = "kv.gpu_free"
+KV_CPU_ALLOC = "kv.cpu_alloc"
+KV_CPU_FREE = "kv.cpu_free"
 POOL_GPU, POOL_CPU = "gpu", "cpu"
 MODE_READ, MODE_WRITE = "read", "write"
+#: the modes of allocator events in the accesses table (not accesses: they never race)
+MODE_ALLOC, MODE_FREE = "alloc", "free"
+LIFETIME_MODES = (MODE_ALLOC, MODE_FREE)
+#: attribute key -> (pool, mode) of the accesses (and allocator events) it lists
+KV_ACCESS_KEYS: dict[str, tuple[str, str]] = {
+    KV_GPU_READ: (POOL_GPU, MODE_READ),
+    KV_GPU_WRITE: (POOL_GPU, MODE_WRITE),
+    KV_CPU_READ: (POOL_CPU, MODE_READ),
+    KV_CPU_WRITE: (POOL_CPU, MODE_WRITE),
+    KV_GPU_ALLOC: (POOL_GPU, MODE_ALLOC),
+    KV_GPU_FREE: (POOL_GPU, MODE_FREE),
+    KV_CPU_ALLOC: (POOL_CPU, MODE_ALLOC),
+    KV_CPU_FREE: (POOL_CPU, MODE_FREE),
+}
 SWAP_TASK_ID = "swap.task_id"
 SWAP_DIRECTION = "swap.direction"
 SWAP_BLOCKS = "swap.blocks"
@@ -148,6 +173,19 @@ MUTEX_PREFIX = "mutex:"
 #: record with the waits on it
 DEVICE_LAUNCH_PREFIX = "launch:"
 DEVICE_EVENT_PREFIX = "event:"
+#: the asynchronous engine's cross-process events (``event:<name>``, seq: the generation):
+#: a worker's forward done (generation: the step's sequence number) and a transfer's swap-in
+#: copied (generation: the task id), one of each per DP group and TP rank
+COMPUTE_DONE_EVENT = "compute"
+SWAP_IN_EVENT = "swap_in"
+
+
+def engine_event(kind: str, dp_rank: int, tp_rank: int) -> str:
+    """The name of one of the asynchronous engine's shared events (its object is
+    ``event:<name>``)."""
+    return f"{kind}/dp{dp_rank}/tp{tp_rank}"
+
+
 #: an Nsight export's host wait on a device lane: ``cuda:sync/<lane>`` (seq: the waiting API
 #: call's correlation id)
 CUDA_SYNC_PREFIX = "cuda:sync/"

@@ -64,3 +64,30 @@ def test_a_reader_that_went_away_stops_it_quietly():
     os.close(write_end)
     assert result.stderr == ""
     assert result.returncode == 128 + signal.SIGPIPE
+
+
+def test_a_usage_error_with_json_asked_for_is_a_json_object_too():
+    """``hazards --json`` without a trace (argparse's own error) is a JSON error object on
+    stdout, as every other exit 2 is; without JSON asked for, stdout stays empty."""
+    import json
+
+    for args in (("hazards", "--json"), ("hazards", "--format", "json"),
+                 ("hazards", "t", "--format=json", "--what-if", "nope")):  # fmt: skip
+        result = run_fdprof(*args)
+        assert result.returncode == 2, args
+        assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.stderr
+        error = json.loads(result.stdout)["error"]
+        assert error["command"] == "hazards" and error["exit_code"] == 2
+        assert error["message"] == result.stderr.strip()
+    result = run_fdprof("hazards")
+    assert result.returncode == 2 and result.stdout == ""
+
+
+def test_help_shows_every_default():
+    (commands,) = [a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)]
+    for name, parser in commands.choices.items():
+        for action in parser._actions:
+            if action.default in (None, False, argparse.SUPPRESS) or not action.option_strings:
+                continue
+            help_text = parser._get_formatter()._get_help_string(action)
+            assert "default" in help_text, (name, action.option_strings)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from engine.config import FAULTS, EngineConfig
+from engine.config import FAULTS, EngineConfig, fault_settings
 from engine.launcher import run_engine
 from fdprof.analysis.hazards import find_hazards
 from fdprof.analysis.whatif import what_if_drop_lock
@@ -32,16 +32,38 @@ def fault_outcomes():
     return {}
 
 
+def _findings(hazards) -> set[tuple[str, ...]]:
+    """What raced with what (span-name pairs) and what lived past its free (kind, user, freer)."""
+    races = {frozenset(p) for p in zip(hazards.races.name_a, hazards.races.name_b, strict=True)}
+    life = hazards.lifetime
+    return {tuple(sorted(r)) for r in races} | set(
+        zip(life.kind, life.name_a, life.name_b, strict=True)
+    )
+
+
+#: what each seeded fault must show in every seed: a block freed before its swap-out read it is
+#: used after its free whether or not anyone reused it in time (the allocator's events are
+#: recorded); the others leave a swap and a step unordered
+EXPECTED = {
+    "free-before-swap-out": ("use_after_free", "swap", "block_free"),
+    "no-wait-swap-in": ("execute_model", "swap"),
+    "ack-before-copy": ("execute_model", "swap"),
+    # the asynchronous engine's: its device work (or the staging copy) races
+    "store-before-compute-done": ("forward", "swap_copy"),
+    "foreign-stream-write": ("forward", "swap_copy"),
+    "reuse-staging-buffer": ("swap_copy", "swap_stage"),
+}
+
+
 @pytest.mark.parametrize("seed", SEEDS)
 @pytest.mark.parametrize("fault", FAULTS)
-def test_seeded_fault_is_a_race_in_every_run(tmp_path, fault, seed, fault_outcomes):
-    results, trace = _run(tmp_path, kv_lock="none", fault=fault, seed=seed)
+def test_seeded_fault_is_flagged_in_every_run(tmp_path, fault, seed, fault_outcomes):
+    results, trace = _run(tmp_path, kv_lock="none", fault=fault, seed=seed,
+                          **fault_settings(fault))  # fmt: skip
     hazards = find_hazards(trace)
-    assert hazards.counts["races"] > 0, f"{fault} seed {seed}: no race flagged"
-    pairs = {
-        frozenset((a, b)) for a, b in zip(hazards.races.name_a, hazards.races.name_b, strict=True)
-    }
-    assert frozenset(("swap", "execute_model")) in pairs
+    assert not hazards.clean, f"{fault} seed {seed}: nothing flagged"
+    findings = _findings(hazards)
+    assert EXPECTED[fault] in findings, f"{fault} seed {seed}: {findings}"
     fault_outcomes[fault, seed] = (
         hazards.counts["races"],
         hazards.counts["latent"],
@@ -49,12 +71,20 @@ def test_seeded_fault_is_a_race_in_every_run(tmp_path, fault, seed, fault_outcom
     )
 
 
-def test_faults_corrupt_most_runs_and_races_are_found_without_overlap(fault_outcomes):
-    if len(fault_outcomes) < len(FAULTS) * len(SEEDS):
-        pytest.skip("needs every fault run above")
-    for fault in FAULTS:
+#: runs of 5 whose KV each fault must corrupt: a block freed early is corrupted only where the
+#: allocator hands it out again before the swap-out has read it (heap order: often it is not),
+#: which is why its finding is the lifetime check's and not a race's
+CORRUPTS_AT_LEAST = {"free-before-swap-out": 1}
+
+
+def test_faults_corrupt_data_and_races_are_found_without_overlap(fault_outcomes):
+    ran = [f for f in FAULTS if all((f, s) in fault_outcomes for s in SEEDS)]
+    if not ran:
+        pytest.skip("needs every seed of a fault run above")
+    for fault in ran:
         corrupted = sum(fault_outcomes[fault, s][2] > 0 for s in SEEDS)
-        assert corrupted >= 3, f"{fault}: corrupted KV in only {corrupted} of 5 runs"
+        least = CORRUPTS_AT_LEAST.get(fault, 3)
+        assert corrupted >= least, f"{fault}: corrupted KV in only {corrupted} of 5 runs"
     # latent races: the detector orders by the protocol, not by what overlapped this time
     assert sum(latent for _, latent, _ in fault_outcomes.values()) > 0
 
@@ -65,11 +95,36 @@ def test_correct_runs_have_no_race(tmp_path, kv_lock, seed):
     results, trace = _run(tmp_path, kv_lock=kv_lock, seed=seed)
     assert results["swaps"]["to_cpu"] > 0 and results["swaps"]["to_gpu"] > 0
     assert results["integrity"]["mismatches"] == 0
+    _assert_clean(trace, kv_lock)
+
+
+def _assert_clean(trace, kv_lock: str) -> None:
+    """Nothing flagged; the baseline's lock, one descriptor shared by two threads as in
+    FastDeploy, may be seen not to exclude (a broken-lock alarm), the corrected lock never is;
+    and the baseline's lock orders nothing the protocol does not (the what-if)."""
     counts = find_hazards(trace).counts
-    # the baseline's lock, one descriptor shared by two threads as in FastDeploy, may be seen
-    # not to exclude (a broken-lock alarm); the corrected lock never is
     broken = counts.pop("broken_locks")
     assert broken == 0 or kv_lock == "ipc"
-    assert counts == {"races": 0, "latent": 0, "overlaps": 0, "clock_alarms": 0, "gaps": 0}
+    zero = ("races", "latent", "overlaps", "clock_alarms", "gaps", "lifetime")
+    assert counts == dict.fromkeys(zero, 0)
     if kv_lock == "ipc":
         assert what_if_drop_lock(trace).safe
+
+
+ASYNC_MODES = {
+    "ipc": {"kv_lock": "ipc"},
+    "ipc sync-before-unlock": {"kv_lock": "ipc", "sync_before_unlock": True},
+    "none": {"kv_lock": "none"},
+    "none store-on-fill": {"kv_lock": "none", "store_on_fill": True},
+}
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("mode", list(ASYNC_MODES))
+def test_correct_async_runs_have_no_race(tmp_path, mode, seed):
+    """The asynchronous engine, with its events: no race in either lock mode (the baseline's
+    lock covers only the launch; the events order what conflicts)."""
+    results, trace = _run(tmp_path, device_async=True, seed=seed, **ASYNC_MODES[mode])
+    assert results["swaps"]["to_cpu"] > 0 and results["swaps"]["to_gpu"] > 0
+    assert results["integrity"]["mismatches"] == 0 and results["integrity"]["nan"] == 0
+    _assert_clean(trace, ASYNC_MODES[mode]["kv_lock"])

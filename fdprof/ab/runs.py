@@ -19,6 +19,7 @@ import numpy as np
 import pandas as pd
 
 from fdprof import semconv as S
+from fdprof.analysis import python_time
 from fdprof.analysis.breakdown import DEVICE_PARTS, device_breakdown, step_breakdown
 from fdprof.analysis.device_time import device_overlap, host_overlap
 from fdprof.analysis.hazards import find_hazards
@@ -69,6 +70,8 @@ class RunOutcome:
     timeline_window: tuple[float, float] = (0.0, 0.0)
     perfetto: Path | None = None
     manifest: dict[str, Any] = field(default_factory=dict)
+    #: py-spy's samples attributed to the spans, raw (summable over runs); None without them
+    python_time: tuple[pd.DataFrame, pd.DataFrame] | None = None
 
     @property
     def name(self) -> str:
@@ -121,6 +124,7 @@ def analyse_run(
     )  # fmt: skip
     outcome.swap_overlap, outcome.device_breakdown = _device_side(trace, breakdown)
     outcome.timeline, outcome.timeline_window = _timeline_excerpt(trace)
+    outcome.python_time = python_time.attribute(trace)
     if perfetto_dir is not None:
         perfetto_dir.mkdir(parents=True, exist_ok=True)
         outcome.perfetto = perfetto_dir / f"{mode}-{index}.json"

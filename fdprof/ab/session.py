@@ -18,9 +18,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from fdprof import files
 from fdprof.ab.arms import Arm, EngineArm
 from fdprof.ab.runs import UNITS, RunOutcome, analyse_run
 from fdprof.ab.verdict import RunSafety, Verdict, merge_kinds
+from fdprof.analysis import python_time
 from fdprof.analysis.breakdown import PARTS, ideal_speedup
 from fdprof.analysis.stats import (
     DifferenceCI,
@@ -137,6 +139,10 @@ class ABResult:
         except FdprofError:  # a zero latency: no ratio
             return None
 
+    def python_time(self, mode: str) -> list[dict[str, Any]]:
+        """py-spy's samples inside the spans of every run of ``mode``, per span name."""
+        return python_time.summary(python_time.combine([r.python_time for r in self.of(mode)]))
+
     def hazards(self, mode: str) -> dict[str, int]:
         runs = self.of(mode)
         return {k: sum(r.hazard_counts[k] for r in runs) for k in runs[0].hazard_counts}
@@ -154,7 +160,8 @@ class ABResult:
     @property
     def verdict(self) -> Verdict:
         safety = [RunSafety(r.name, r.label, r.hazard_counts["races"], r.hazard_counts["latent"],
-                            r.mismatches) for r in self.runs]  # fmt: skip
+                            r.mismatches, r.hazard_counts["lifetime"])
+                  for r in self.runs]  # fmt: skip
         kinds = merge_kinds([r.race_kinds for r in self.runs])
         return Verdict(self.gain, self.labels, safety, kinds, self.require_gain)
 
@@ -183,6 +190,7 @@ class ABResult:
                 "device_breakdown_ms": self.device_breakdown_ms(mode),
                 "serving_ms": serving,
                 "hazards": self.hazards(mode),
+                "python_time": self.python_time(mode),
             }  # fmt: skip
 
         change = {m: _percentiles_json(self.serving_change(m), "ratio") for m in SERVING}
@@ -241,7 +249,7 @@ def run_session(
         raise FdprofError("--runs must be at least 2 (a confidence interval needs repeats)")
     if arms[0].key == arms[1].key:
         raise FdprofError("the two modes need different names")
-    out_dir.mkdir(parents=True, exist_ok=True)
+    files.make_dir(out_dir)
     plan = interleaved(runs)
     outcomes: list[RunOutcome] = []
     for n, (which, i) in enumerate(plan):
@@ -281,7 +289,7 @@ def lock_arms(config, capture: CapturePlan | None = None) -> tuple[EngineArm, En
         EngineArm(
             BASELINE,
             "baseline (lock)",
-            replace(config, kv_lock="ipc", swap_in="sync"),
+            replace(config, kv_lock="ipc", swap_in="sync", store_on_fill=False),
             capture,
             True,
         ),

@@ -33,10 +33,12 @@ class RunSafety:
     races: int
     latent: int
     mismatches: int
+    #: accesses outside their block's lifetime (use after free, freed while in use)
+    lifetime: int = 0
 
     @property
     def safe(self) -> bool:
-        return self.races == 0 and self.mismatches == 0
+        return self.races == 0 and self.mismatches == 0 and self.lifetime == 0
 
 
 @dataclass(frozen=True)
@@ -90,6 +92,9 @@ class Verdict:
             for label in self.labels
         )
         where = f"; unsafe runs: {', '.join(self.unsafe_runs)}" if self.unsafe_runs else ""
+        lifetime = self._total("lifetime")
+        if lifetime:
+            where = f"; accesses outside their block's lifetime {lifetime}{where}"
         required = ""
         if self.require_gain is not None:
             met = "met" if self.gain_met else "NOT MET"
@@ -123,6 +128,7 @@ class Verdict:
             "races": {label: self._total("races", label) for label in self.labels},
             "latent": {label: self._total("latent", label) for label in self.labels},
             "integrity_mismatches": self._total("mismatches"),
+            "lifetime_violations": self._total("lifetime"),
             "race_kinds": self.kind_lines(),
             "exit_code": self.exit_code,
         }

@@ -63,7 +63,7 @@ def steps(trace: Trace, step_name: str | None = None) -> pd.DataFrame:
     without it, the ``step`` spans, else each ``fd.step`` id's extent, else the PyTorch
     profiler's ``ProfilerStep#N`` spans (step N)."""
     spans = require(trace.spans, "spans", STEP_NEEDS)
-    spans = spans[(spans["end"] != -1) & ~spans["span_id"].isin(projections(trace))]
+    spans = without_projections(trace, spans[spans["end"] != -1])
     names = spans["name"].astype(str)
     profiler = names.str.match(PROFILER_STEP.pattern)
     if step_name:
@@ -169,14 +169,15 @@ def _text(values: pd.Series) -> np.ndarray:
 
 
 def device_kind(trace: Trace, spans: pd.DataFrame) -> pd.Series:
-    """Each device span's kind (:data:`DEVICE_KINDS`), or None for an annotation: memcpy and
+    """Each device span's kind (:data:`DEVICE_KINDS`), or None for an annotation (``spans``
+    without NVTX projections: :func:`without_projections`): memcpy and
     memset by the reader's category (PyTorch's ``gpu_memcpy``/``gpu_memset``, Nsight's
     ``cuda.kind``) or the name Kineto gives them (``Memcpy HtoD ...``, ``Memset ...``),
     communication by HTA's pattern of NCCL-like kernel names, compute the other kernels; the
     probe's device spans by name (a swap's copies are memcpy, event records and waits are
     markers, not work)."""
     ids = spans["span_id"]
-    cat, cuda = (_text(trace.attr(key).reindex(ids)) for key in ("chrome.cat", "cuda.kind"))
+    cat, cuda = (_text(trace.attr(key).reindex(ids)) for key in (S.CHROME_CATEGORY, S.CUDA_KIND))
     names = spans["name"].astype(str)
     kind = np.where(names.str.match(COMMUNICATION.pattern), "communication", "compute")
     kind = np.where(names.str.startswith("Memcpy"), "memcpy", kind)
@@ -186,11 +187,7 @@ def device_kind(trace: Trace, spans: pd.DataFrame) -> pd.Series:
         kind = np.where((given == "gpu_memset") | (given == "memset"), "memset", kind)
     kind = np.where(names.isin(S.DEVICE_SWAP_SPANS), "memcpy", kind)  # our streams' copies
     kind = kind.astype(object)
-    kind[
-        np.isin(cat, DEVICE_ANNOTATION_CATS)
-        | names.isin(S.DEVICE_MARKER_SPANS)
-        | ids.isin(projections(trace)).to_numpy()
-    ] = None
+    kind[np.isin(cat, DEVICE_ANNOTATION_CATS) | names.isin(S.DEVICE_MARKER_SPANS)] = None
     return pd.Series(kind, index=spans.index)
 
 

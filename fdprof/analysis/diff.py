@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 
 from fdprof import semconv as S
+from fdprof.analysis import python_time
 from fdprof.analysis.breakdown import (
     DEVICE_PARTS,
     ENVELOPE,
@@ -54,6 +55,9 @@ class RunSummary:
     device: pd.DataFrame | None = None
     #: share of the copies' time on device lanes under compute work there; None without any
     device_swap_overlap: RatioCI | None = None
+    #: py-spy's samples inside the spans, per span name (:func:`python_time.summary`); empty
+    #: without ``--py-spy`` (and then left out of the JSON)
+    python_time: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def n_steps(self) -> int:
@@ -85,7 +89,8 @@ class RunSummary:
             "locks": json_records(self.locks),
             "device_swap_overlap": None if ov is None else ov.ratio,
             "device_swap_overlap_ci95": None if ov is None else [ov.lo, ov.hi],
-        } | ({} if self.device is None else {
+        } | ({"python_time": self.python_time} if self.python_time else {}) | (
+            {} if self.device is None else {
             "gpu_ns": {p: spread(self.device[p]) for p in (*DEVICE_PARTS, "gpu_window")},
             "gpu_share": {p: _share(self.device, p, "gpu_window") for p in DEVICE_PARTS},
         })  # fmt: skip
@@ -156,6 +161,7 @@ def summarize(trace: Trace, label: str = "", step_name: str | None = None) -> Ru
         swap_overlap=host_overlap(spans),
         device_swap_overlap=device_overlap(every),
         device=device_breakdown(trace, b),
+        python_time=python_time.summary(python_time.attribute(trace)),
     )
 
 

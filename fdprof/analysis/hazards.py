@@ -32,6 +32,7 @@ import pandas as pd
 
 from fdprof import semconv as S
 from fdprof.analysis.columns import json_records, require
+from fdprof.analysis.lifetime import empty_violations, lifetime_violations, violations_frame
 from fdprof.analysis.locks import broken_locks, lock_holds, no_broken_locks
 from fdprof.errors import FdprofError
 from fdprof.trace.model import Trace
@@ -66,6 +67,9 @@ class HazardReport:
     #: pairs happens-before orders only through a lock's schedule (WCP does not); None: not
     #: asked. Not races of this run, and not in ``clean``
     predicted: pd.DataFrame | None = None
+    #: accesses outside their block's lifetime, where the trace records the allocator's events
+    #: (:mod:`fdprof.analysis.lifetime`): a use after free or a block freed while in use
+    lifetime: pd.DataFrame = field(default_factory=empty_violations)
 
     @property
     def untrusted_locks(self) -> tuple[str, ...]:
@@ -91,12 +95,13 @@ class HazardReport:
             "clock_alarms": len(self.alarms),
             "gaps": len(self.gaps),
             "broken_locks": len(self.broken_locks),
+            "lifetime": len(self.lifetime),
         } | ({} if self.predicted is None else {"predicted": len(self.predicted)})
 
     @property
     def clean(self) -> bool:
-        """No race and no lock that failed to exclude."""
-        return self.races.empty and self.broken_locks.empty
+        """No race, no lock that failed to exclude, no access outside its block's lifetime."""
+        return self.races.empty and self.broken_locks.empty and self.lifetime.empty
 
     @property
     def kinds(self) -> pd.DataFrame:
@@ -112,6 +117,7 @@ class HazardReport:
             "gaps": json_records(self.gaps),
             "dropped_objects": list(self.dropped_objects),
             "broken_locks": json_records(self.broken_locks),
+            "lifetime": json_records(self.lifetime),
             "untrusted_locks": list(self.untrusted_locks),
             "checked": {"accesses": self.accesses, "lanes": len(self.lanes)},
         } | ({} if self.predicted is None else {
@@ -142,6 +148,7 @@ class Prepared:
     gaps: list[dict[str, Any]]
     dropped: tuple[str, ...]
     broken: pd.DataFrame
+    lifetime: pd.DataFrame
 
     def unordered(self, clocks: _LaneClocks | Any) -> tuple[np.ndarray, ...]:
         """(x, y) access pairs that conflict and are unordered by ``clocks`` (any object with
@@ -159,14 +166,15 @@ class Prepared:
         if self.acc["n"] == 0:
             empty_pairs = self.pairs(np.empty(0, int), np.empty(0, int))
             return HazardReport(empty_pairs, empty_pairs.drop(columns="overlapped"), gaps,
-                                self.dropped, lanes, self.acc["checked"], self.broken)  # fmt: skip
+                                self.dropped, lanes, self.acc["checked"], self.broken,
+                                lifetime=self.lifetime)  # fmt: skip
         racy_x, racy_y, over_x, over_y = self.unordered(self.clocks)
         n = self.acc["n"]
         alarm = ~np.isin(over_x * n + over_y, racy_x * n + racy_y)
         races = self.pairs(racy_x, racy_y)
         alarms = self.pairs(over_x[alarm], over_y[alarm])
         return HazardReport(races, alarms.drop(columns="overlapped"), gaps, self.dropped, lanes,
-                            self.acc["checked"], self.broken)  # fmt: skip
+                            self.acc["checked"], self.broken, lifetime=self.lifetime)  # fmt: skip
 
 
 def prepare(trace: Trace, drop_objects: Iterable[str] = ()) -> Prepared:
@@ -175,6 +183,8 @@ def prepare(trace: Trace, drop_objects: Iterable[str] = ()) -> Prepared:
     spans = require(trace.spans, "spans", SPAN_NEEDS)
     accesses = require(trace.accesses, "accesses", ACCESS_NEEDS)
     syncs = require(trace.syncs, "syncs", SYNC_NEEDS)
+    is_event = accesses["mode"].isin(S.LIFETIME_MODES).to_numpy(bool)
+    allocator_events, accesses = accesses[is_event], accesses[~is_event]
     dropped = tuple(drop_objects)
     if dropped and not syncs.empty:
         objs = syncs["obj"].astype(str)
@@ -201,7 +211,27 @@ def prepare(trace: Trace, drop_objects: Iterable[str] = ()) -> Prepared:
     acc, orphan_gaps = _access_table(spans, accesses, lanes, ranks)
     gaps += orphan_gaps
     gaps += _truncation_gaps(spans)
-    return Prepared(spans, syncs, clocks.src, lanes, clocks, acc, gaps, dropped, broken)
+    events, _ = _access_table(spans, allocator_events, lanes, ranks)
+    lifetime = _lifetime(spans, acc, events, clocks)
+    return Prepared(spans, syncs, clocks.src, lanes, clocks, acc, gaps, dropped, broken, lifetime)
+
+
+def _lifetime(spans: pd.DataFrame, acc: dict, events: dict, clocks: _LaneClocks) -> pd.DataFrame:
+    """Accesses outside their block's lifetime (:mod:`fdprof.analysis.lifetime`), the pools
+    scoped as for races; (pool, block) numbered densely so no id can overflow a key."""
+    if events["n"] == 0 or acc["n"] == 0:
+        return empty_violations()
+    pool_code = pd.factorize(np.concatenate([acc["pool"], events["pool"]]))[0]
+    block = np.concatenate([acc["block"], events["block"]])
+    key = np.unique(np.stack([pool_code, block]), axis=1, return_inverse=True)[1].ravel()
+    cols = ("lane", "start", "end")
+    kind, x, e = lifetime_violations(
+        {"key": key[acc["n"] :], "free": events["free"], **{c: events[c] for c in cols}},
+        {"key": key[: acc["n"]], **{c: acc[c] for c in cols}},
+        clocks.happens_before,
+    )
+    return violations_frame(spans, kind, acc["srow"][x], events["srow"][e], acc["pool"][x],
+                            acc["block"][x])  # fmt: skip
 
 
 KIND_KEYS = ["name_a", "role_a", "name_b", "role_b", "modes"]
@@ -438,6 +468,22 @@ class _LaneClocks:
                 runnable.append(lane)
         return np.array(vc, dtype=np.int64).reshape(len(src), k)
 
+    def happens_before(
+        self, lane_a: np.ndarray, end_a: np.ndarray, lane_b: np.ndarray, start_b: np.ndarray
+    ) -> np.ndarray:
+        """Elementwise: whether a span on ``lane_a`` ending at ``end_a`` happens before one on
+        ``lane_b`` starting at ``start_b`` (one lane: program order, by time)."""
+        out = (lane_a == lane_b) & (end_a <= start_b)
+        for la, lb in set(zip(lane_a.tolist(), lane_b.tolist(), strict=True)):
+            on = np.flatnonzero((lane_a == la) & (lane_b == lb))
+            if la == lb or not len(self.times[lb]):
+                continue
+            epoch = np.searchsorted(self.release_times[la], end_a[on], "left") + 1
+            at = np.searchsorted(self.times[lb], start_b[on], "right") - 1
+            entry = np.where(at >= 0, self.vc[lb][np.maximum(at, 0), la], 0)
+            out[on] = entry >= epoch
+        return out
+
     def all_times(self) -> np.ndarray:
         return np.concatenate(self.times) if self.times else np.empty(0, np.int64)
 
@@ -513,7 +559,8 @@ def _access_table(
         "srow": srow,
         "lane": lanes.get_indexer(spans["lane"].astype(str).to_numpy()[srow]),
         "key": pool_code.astype(np.int64) * nb + block,
-        "write": (a["mode"] == "write").to_numpy(bool)[rows],
+        "write": (a["mode"] == S.MODE_WRITE).to_numpy(bool)[rows],
+        "free": (a["mode"] == S.MODE_FREE).to_numpy(bool)[rows],
         "lo": np.where(all_layers, 0, lo),
         "hi": np.where(all_layers, _ALL_LAYERS, hi),
         "start": spans["start"].to_numpy(np.int64)[srow],

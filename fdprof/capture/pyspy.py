@@ -3,8 +3,10 @@
 One ``py-spy record --pid`` per process, started once the processes are up, writing a Chrome
 trace (open it in Perfetto) to ``<run>/pyspy/<role>-<dp rank>-<pid>.json``. py-spy samples,
 so it shows where Python time goes between the probe's exact spans, not range boundaries.
-Its timestamps start at zero when sampling starts: ``pyspy/index.json`` records each
-sampler's start on the epoch so the samples can be placed on the run's timebase.
+Idle threads are sampled too (``--idle``): a thread blocked on the KV lock shows where it
+waits. Its timestamps start at zero when sampling starts: ``pyspy/index.json`` brackets each
+sampler's start on the monotonic clock (read before ``Popen`` and when it returned), so
+:mod:`fdprof.trace.pyspy` can place the samples on the run's timebase.
 
 Sampling needs ptrace rights over the engine processes (root, or ``ptrace_scope`` 0). A
 sampler that cannot attach is reported in ``index.json`` and the run goes on without it.
@@ -68,11 +70,16 @@ class PySpyObserver:
                 str(self._rate),
                 "--nonblocking",
                 "--threads",
+                "--idle",
             ]
             log_file = (self.out / f"{stem}.log").open("wb")
+            before = time.monotonic_ns()
             sampler = subprocess.Popen(cmd, stdout=log_file, stderr=subprocess.STDOUT)
+            returned = time.monotonic_ns()
             log_file.close()
-            entry = {**proc, "file": out.name, "started_epoch_ns": time.time_ns()}
+            entry = {**proc, "file": out.name, "rate": self._rate, "started_epoch_ns":
+                     time.time_ns(), "started_monotonic_ns": before,
+                     "popen_returned_monotonic_ns": returned}  # fmt: skip
             self._samplers.append((entry, sampler, out))
 
     def stop(self) -> None:

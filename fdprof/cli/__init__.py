@@ -14,15 +14,42 @@ import sys
 import traceback
 from pathlib import Path
 
+from fdprof import interrupts
 from fdprof.errors import FdprofError, missing_extra
 from fdprof.trace import Trace, limits, load
+
+
+class _UsageError(Exception):
+    """A command line argparse refused: :func:`main` says it in one line, exit 2 (and as a
+    JSON error object on stdout when the command line asked for JSON)."""
+
+    def __init__(self, prog: str, message: str) -> None:
+        super().__init__(f"{prog}: error: {message}")
+        self.command = prog.split()[1] if len(prog.split()) > 1 else None
+
+
+class _Formatter(argparse.RawDescriptionHelpFormatter):
+    """``--help`` shows every option's default: ``(default: X)`` after a help text that does
+    not already say it, for options whose default is a value (not None, not a flag's False)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        default = action.default
+        if default in (None, False, argparse.SUPPRESS) or "default" in text:
+            return text
+        shown = " ".join(map(str, default)) if isinstance(default, list | tuple) else default
+        return f"{text} (default: {str(shown).replace('%', '%%')})"
 
 
 class _Parser(argparse.ArgumentParser):
     """Usage errors as one line and exit 2, like every other bad input."""
 
+    def __init__(self, *args, **kwargs) -> None:
+        kwargs.setdefault("formatter_class", _Formatter)
+        super().__init__(*args, **kwargs)
+
     def error(self, message: str):  # type: ignore[override]
-        self.exit(2, f"{self.prog}: error: {message}\n")
+        raise _UsageError(self.prog, message)
 
 
 def warn(args: argparse.Namespace, message: object) -> None:
@@ -41,11 +68,14 @@ def load_trace(args: argparse.Namespace, path: Path, join: Path | None = None) -
 #: the exit-status contract of every command (CONTRACTS.md); when several apply, 2 > 1 > 3 > 0
 EXIT_CODES = """exit status (every command):
   0    ok / clean
-  1    races or corrupted KV blocks found (hazards, ab, run integrity)
+  1    races, a block used after its free or a broken lock (hazards), or corrupted KV
+       blocks (hazards, ab, run integrity)
   2    bad input (one line on stderr saying why), or a crashed run
   3    --require-gain not met
   70   internal error ("internal error, please report"; --debug prints the traceback)
   130  interrupted (Ctrl-C)   141  stdout closed   143  terminated (SIGTERM)
+       (130/143: the engine's processes stopped, shared memory removed, run.json "interrupted";
+       a second Ctrl-C or SIGTERM does not cut that cleanup short)
 when several apply: 2 over 1 over 3 over 0"""
 
 
@@ -56,7 +86,6 @@ def build_parser() -> argparse.ArgumentParser:
             "Profile an LLM-serving engine: run it, capture traces, diff runs, find KV hazards."
         ),
         epilog=EXIT_CODES,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     _add_common_options(parser, top=True)
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
@@ -139,14 +168,35 @@ def _internal_error(args: argparse.Namespace, exc: BaseException) -> int:
     return _bad_input(args, f"internal error, please report ({what}){hint}", INTERNAL_ERROR)
 
 
+def _wants_json(argv: list[str]) -> bool:
+    """Whether a command line asks for JSON (``--json``, ``--format json``), read from the
+    raw words: a usage error comes before the parsed options."""
+    words = argv[: argv.index("--")] if "--" in argv else argv
+    pairs = zip(words, [*words[1:], ""], strict=True)
+    return "--json" in words or "--format=json" in words or ("--format", "json") in pairs
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
     #: the command line as given, for a command that starts itself again (run --nsys)
-    args.argv = list(sys.argv[1:] if argv is None else argv)
+    given = list(sys.argv[1:] if argv is None else argv)
+    try:
+        args = build_parser().parse_args(given)
+    except _UsageError as exc:
+        print(exc, file=sys.stderr)
+        if _wants_json(given):
+            error = {"command": exc.command, "message": str(exc), "exit_code": 2}
+            print(json.dumps({"error": error}), flush=True)
+        return 2
+    args.argv = given
     limits.override(**{
         name: value for name in limits.SETTINGS
         if (value := getattr(args, f"limit_{name}", None)) is not None
     })  # fmt: skip
+    with interrupts.handled():
+        return _dispatch(args)
+
+
+def _dispatch(args: argparse.Namespace) -> int:
     try:
         return int(args.func(args) or 0)
     except FdprofError as exc:
@@ -164,9 +214,10 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as exc:  # an output path that cannot be written, a full disk, ...
         where = f"{exc.filename}: " if exc.filename else ""
         return _bad_input(args, f"{where}{exc.strerror or exc}")
-    except KeyboardInterrupt:
-        print(f"fdprof {args.command}: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM (interrupts.Terminated)
+        what = "terminated (SIGTERM)" if isinstance(exc, interrupts.Terminated) else "interrupted"
+        print(f"fdprof {args.command}: {what}", file=sys.stderr)
+        return interrupts.exit_code(exc)
     except Exception as exc:  # anything else is a bug of fdprof's, not of the input
         return _internal_error(args, exc)
 

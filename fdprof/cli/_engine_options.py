@@ -62,6 +62,26 @@ def add_engine_arguments(p: argparse.ArgumentParser, with_lock: bool = True) -> 
         "is_sync=True; async: the request waits in its own state until its swap-in has "
         "completed while the others keep running (lockless only; ab: the candidate)",
     )
+    p.add_argument(
+        "--device-async",
+        action="store_true",
+        help="asynchronous device work: the worker's forward pass and the transfer's copies "
+        "are queued on streams (CPU twin: FIFO threads; CUDA: streams) and ordered by events; "
+        "host calls return once their work is queued (--tp 1, no --ep)",
+    )
+    p.add_argument(
+        "--sync-before-unlock",
+        action="store_true",
+        help="with --device-async: the baseline worker synchronises its compute stream before "
+        "it unlocks, so the lock covers the kernel and not only its launch (off by default)",
+    )
+    p.add_argument(
+        "--store-on-fill",
+        action="store_true",
+        help="with --device-async and --kv-lock none: store every block a step fills to the "
+        "host pool as the step is queued (write-through; the copy waits on the step's "
+        "compute-done event), so an eviction only drops the device copy",
+    )
     p.add_argument("--fault", choices=FAULTS, default=None, help="seed a protocol bug")
     p.add_argument(
         "--fault-delay-ms",
@@ -102,6 +122,9 @@ def engine_config(args: argparse.Namespace, kv_lock: str | None = None):
         tp=args.tp,
         ep=args.ep,
         swap_in=args.swap_in,
+        device_async=args.device_async,
+        sync_before_unlock=args.sync_before_unlock,
+        store_on_fill=args.store_on_fill,
         fault=args.fault,
         fault_delay_ms=args.fault_delay_ms,
     )
@@ -118,7 +141,15 @@ def add_capture_arguments(p: argparse.ArgumentParser) -> None:
         "--metrics-port",
         type=port_number,
         default=None,
-        help="serve Prometheus metrics on this port (all interfaces) while the engine runs",
+        help="serve Prometheus metrics on this port while the engine runs (on 127.0.0.1 "
+        "unless --metrics-host says otherwise)",
+    )
+    p.add_argument(
+        "--metrics-host",
+        default="127.0.0.1",
+        metavar="ADDR",
+        help="the address --metrics-port binds (default 127.0.0.1: this machine only; "
+        "0.0.0.0 for every interface, e.g. a Prometheus in a container)",
     )
     p.add_argument(
         "--nvtx-capture",
@@ -144,5 +175,5 @@ def capture_plan(args: argparse.Namespace) -> CapturePlan:
 
     return CapturePlan(
         args.otlp_endpoint, args.metrics_port, args.nvtx_capture, args.py_spy, args.workload,
-        nsys=inside_nsys(),
+        nsys=inside_nsys(), metrics_host=args.metrics_host,
     )  # fmt: skip

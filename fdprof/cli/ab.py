@@ -7,6 +7,7 @@ import math
 import sys
 from pathlib import Path
 
+from fdprof import files
 from fdprof.cli._engine_options import (
     add_capture_arguments,
     add_engine_arguments,
@@ -19,7 +20,8 @@ from fdprof.errors import FdprofError
 EXIT_CODES = """exit codes:
   0  safe: no race, no latent race, no integrity mismatch in any run of either mode
      (and, with --require-gain X, the gain's 95% CI lower bound is at least X)
-  1  unsafe: races or corrupted KV blocks in some run (the report names the runs)
+  1  unsafe: races, a block used after its free, or corrupted KV blocks in some run
+     (the report names the runs)
   2  bad input, or a run that crashed, failed or left no trace (named on stderr)
   3  --require-gain X not met (only when safe: 2 > 1 > 3 > 0)
 
@@ -41,7 +43,6 @@ def register(subparsers) -> None:
         "run, and the lock what-if on the built-in baseline. Writes report.md, report.html "
         "(one offline file), ab.json and each run's Perfetto JSON into --out.",
         epilog=EXIT_CODES,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--runs", type=int, default=5, help="runs per mode (default 5)")
     p.add_argument(
@@ -102,15 +103,16 @@ def handle(args: argparse.Namespace) -> int:
         raise FdprofError(f"--require-gain must be a positive number, got {args.require_gain}")
     if args.runs < 2:
         raise FdprofError("--runs must be at least 2 (a confidence interval needs repeats)")
-    out = args.out.resolve()
-    result = run_session(arms(args), args.runs, out, ProgressBar(sys.stderr, "runs"))
-    result.require_gain = args.require_gain
-    files = {"md": out / "report.md", "html": out / "report.html", "json": out / "ab.json"}
-    result.report_files = {fmt: str(path) for fmt, path in files.items()}
-    doc = build(result)
-    for fmt, path in files.items():
-        write(doc, path, fmt)
+    out = files.make_dir(args.out.resolve())
+    with files.DirectoryLock(out):  # a second ab on the same --out refuses, touching nothing
+        result = run_session(arms(args), args.runs, out, ProgressBar(sys.stderr, "runs"))
+        result.require_gain = args.require_gain
+        reports = {"md": out / "report.md", "html": out / "report.html", "json": out / "ab.json"}
+        result.report_files = {fmt: str(path) for fmt, path in reports.items()}
+        doc = build(result)
+        for fmt, path in reports.items():
+            write(doc, path, fmt)
     emit(args, doc)
     if args.format == "text":
-        print("  ".join(f"{fmt}: {path}" for fmt, path in files.items()))
+        print("  ".join(f"{fmt}: {path}" for fmt, path in reports.items()))
     return result.verdict.exit_code

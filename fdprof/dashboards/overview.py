@@ -96,9 +96,11 @@ def _panels() -> list[tuple[str, list[G.Panel]]]:
         ),
         G.Panel(
             "Lock wait seconds per second by holder",
-            "Seconds spent waiting per second of wall time, summed over waiters.",
+            "Seconds spent waiting for the lock per second of wall time, summed over waiters: "
+            "a ratio (100% = one process waiting all the time).",
             (G.Prom(rate(M.LOCK_WAIT, ("holder",), suffix="_sum"), legend("holder")),),
-            unit="s",
+            unit="percentunit",
+            min=0,
         ),
         G.Panel(
             "Dropped spans/s by sink",

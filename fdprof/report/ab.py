@@ -15,6 +15,7 @@ from fdprof.ab.session import SERVING, ABResult
 from fdprof.analysis.breakdown import DEVICE_PARTS, PARTS
 from fdprof.analysis.stats import RatioCI, spread
 from fdprof.report import document as D
+from fdprof.report import python_time
 
 #: how the parts read on axes and in legends
 PART_NAMES = {"compute": "compute", "lock_wait": "lock wait", "swap_blocking": "swap (blocking)",
@@ -47,6 +48,8 @@ def build(result: ABResult) -> D.Document:
         *device_blocks(result),
         *(timeline_chart(result, mode, label)
           for mode, label in zip(result.modes, result.labels, strict=True)),
+        *python_time.blocks([(label, result.python_time(mode))
+                             for mode, label in zip(result.modes, result.labels, strict=True)]),
         D.Heading("Every run"),
         runs_table(result),
         *perfetto_links(result),
@@ -83,6 +86,20 @@ def findings(result: ABResult) -> list[str]:
         f"({hn['latent']} latent); clock alarms {hb['clock_alarms'] + hn['clock_alarms']}, "
         f"instrumentation gaps {hb['gaps'] + hn['gaps']}.",
     ]  # fmt: skip
+    for mode, label in zip(result.modes, result.labels, strict=True):
+        h = result.hazards(mode)
+        if h["lifetime"]:
+            lines.append(f"Block lifetimes: {h['lifetime']} access(es) in the {label} runs "
+                         "outside their block's lifetime (used after the allocator's free, or "
+                         "freed while in use).")  # fmt: skip
+        if h["broken_locks"]:
+            broken = sum(r.hazard_counts["broken_locks"] > 0 for r in result.of(mode))
+            lines.append(
+                f"Broken lock: in {broken} {label} run(s) two holds of one lock overlapped on "
+                "different lanes (as FastDeploy's flock on one descriptor shared by threads "
+                "allowed): its edges were not taken as order, so the races above are judged "
+                "without it."
+            )
     what_if = result.what_if_newly_unordered
     if what_if is not None:
         lines.append(
@@ -229,14 +246,16 @@ def timeline_chart(result: ABResult, mode: str, label: str) -> D.Chart:
 
 
 def runs_table(result: ABResult) -> D.Table:
-    headers = ["run", "mode", result.unit, "steps", "requests", "races", "latent", "alarms",
-               "gaps", "integrity mismatches", "what-if unordered"]  # fmt: skip
+    headers = ["run", "mode", result.unit, "steps", "requests", "races", "latent", "lifetime",
+               "broken lock", "alarms", "gaps", "integrity mismatches",
+               "what-if unordered"]  # fmt: skip
     rows = []
     for r in result.runs:
         h = r.hazard_counts
         rows.append([str(r.index), r.label, f"{r.throughput[result.unit]:.2f}",
                      str(len(r.breakdown)), str(len(r.requests)), str(h["races"]),
-                     str(h["latent"]), str(h["clock_alarms"]), str(h["gaps"]), str(r.mismatches),
+                     str(h["latent"]), str(h["lifetime"]), str(h["broken_locks"]),
+                     str(h["clock_alarms"]), str(h["gaps"]), str(r.mismatches),
                      "-" if r.what_if_newly_unordered is None
                      else str(r.what_if_newly_unordered)])  # fmt: skip
     return D.Table("Every run, in the order it ran", headers, rows)

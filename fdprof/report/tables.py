@@ -15,6 +15,7 @@ from fdprof.analysis.diff import DiffResult
 from fdprof.analysis.hazards import HazardReport
 from fdprof.analysis.stats import RatioCI
 from fdprof.analysis.whatif import WhatIf
+from fdprof.report import python_time
 from fdprof.report.document import Bullets, Document, Table, Verdict
 from fdprof.report.units import duration, signed_duration
 
@@ -56,12 +57,19 @@ def hazards_document(report: HazardReport) -> Document:
         verdict = f"HAZARDS FOUND: {c['races']} race(s), {c['latent']} of them latent"
         if report.untrusted_locks:
             verdict += f"; BROKEN LOCK {', '.join(report.untrusted_locks)}"
+        if c["lifetime"]:
+            verdict += f"; {c['lifetime']} access(es) outside their block's lifetime"
     summary = [
         f"{report.accesses:,} KV-block access(es) on {len(report.lanes)} lane(s) checked",
         f"{c['races']} race(s): {c['overlaps']} overlapped in time this run, {c['latent']} latent"
         f" (unordered, not overlapping this time); {c['clock_alarms']} clock alarm(s); "
         f"{c['gaps']} instrumentation gap(s)",
     ]
+    if c["lifetime"]:
+        summary.append(
+            f"{c['lifetime']} access(es) outside their block's lifetime (the allocator's frees "
+            "checked against every access): used after the free, or freed while in use"
+        )
     if report.dropped_objects:
         summary.append("edges of " + ", ".join(report.dropped_objects) + " dropped")
     if report.untrusted_locks:
@@ -76,6 +84,8 @@ def hazards_document(report: HazardReport) -> Document:
         _frame_table("Broken locks (two holds at once, on different lanes)",
                      report.broken_locks, list(report.broken_locks.columns)),
         _kinds_table(report.kinds),
+        _frame_table("Accesses outside their block's lifetime", report.lifetime,
+                     ["kind", "pool", "block", "blocks", "name_a", "lane_a", "name_b", "lane_b"]),
         _pairs_table("Races (unordered conflicting accesses)", report.races, with_overlap=True),
         _pairs_table("Clock alarms (ordered, yet overlapping in time)", report.alarms),
         _frame_table("Instrumentation gaps (not races)", report.gaps,
@@ -137,6 +147,7 @@ def diff_document(d: DiffResult) -> Document:
                      ["name", "role", "count", "total", "p50", "p90", "p99"]),
         _frame_table(f"Locks in {n.label}", _ms_cols(n.locks),
                      ["name", "role", "count", "total", "p50", "p90", "p99"]),
+        *python_time.blocks([(b.label, b.python_time), (n.label, n.python_time)]),
     ], data=d.to_json())  # fmt: skip
 
 

@@ -47,7 +47,7 @@ SYNC_SPAN = "sync.span"
 PROC_ROLE, PROC_ANCHORED = S.ROLE, "fd.anchored"
 #: category of the flow arrows the writer draws for sync edges (the instants carry the edges)
 SYNC_FLOW_CAT = "fd.sync"
-CAT_ATTR = "chrome.cat"
+CAT_ATTR = S.CHROME_CATEGORY
 #: ``meta["display"]`` keys: process labels and sort indexes by pid, thread sort indexes by
 #: ``"pid/tid"``, as the ``M`` events give them (the Perfetto writer writes them back)
 PROCESS_LABELS, PROCESS_SORT = "process_labels", "process_sort_index"

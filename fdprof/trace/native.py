@@ -34,7 +34,7 @@ from fdprof.probe import records as R
 from fdprof.probe.run_manifest import RECORD_NAME
 from fdprof.trace import attrs as A
 from fdprof.trace import conventions as C
-from fdprof.trace import limits
+from fdprof.trace import limits, pyspy
 from fdprof.trace.assemble import assemble
 from fdprof.trace.attrs import AttrsBuilder
 from fdprof.trace.jsonstream import file_kind
@@ -451,6 +451,9 @@ def read(path: Path) -> Trace:
         p["pid"]: p for p in manifest.get("processes", []) if isinstance(p, dict) and "pid" in p
     }
     _build(trace, files, by_pid)
+    samples = pyspy.read(path, {f.pid: f.offset_ns for f in files})
+    if samples is not None:
+        trace.meta["pyspy"] = samples
     return trace
 
 

@@ -341,11 +341,11 @@ def _device(export: _Export, strings: dict[int, str], rows: _Rows) -> pd.DataFra
                 "lane": lanes,
             }
         )
-        rows.add_attr(ids, "cuda.kind", pd.Series([what] * len(df)))
+        rows.add_attr(ids, S.CUDA_KIND, pd.Series([what] * len(df)))
         if what == "kernel" and demangled is not None:
-            rows.add_attr(ids, "cuda.demangled_name", demangled)
+            rows.add_attr(ids, S.CUDA_DEMANGLED_NAME, demangled)
         for c in extra:
-            rows.add_attr(ids, f"cuda.{c}", df[c])
+            rows.add_attr(ids, S.CUDA_PREFIX + c, df[c])
         if "correlationId" in df:
             parts.append(
                 pd.DataFrame(
@@ -436,7 +436,7 @@ def _api_calls(export: _Export, strings: dict[int, str], rows: _Rows) -> pd.Data
         rows.add_attr(ids, "nsys.api", pd.Series([api] * len(df)))
         if api == "CUDA API":
             correlation = ints(df["correlationId"], f"{where}.correlationId", null=-1)
-            rows.add_attr(ids, "cuda.correlationId", pd.Series(correlation))
+            rows.add_attr(ids, S.CUDA_CORRELATION_ID, pd.Series(correlation))
             launches = pd.DataFrame({
                 "pid": pid, "tid": tid, "start": start, "end": end, "correlationId": correlation,
                 "name": names.to_numpy(object), "span_id": ids,

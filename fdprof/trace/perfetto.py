@@ -116,7 +116,34 @@ def write(trace: Trace, path: str | Path) -> None:
         _syncs(emit, syncs, lane_tracks, names, span_track)
         for (pid, tid), name in names.items():
             emit(_thread_name(pid, tid, name))
+        if (samples := trace.meta.get("pyspy")) is not None:
+            _samples(emit, samples)
         out.write("\n]}\n")
+
+
+#: track ids of py-spy's sampled threads: this plus the thread's id (Linux thread ids stay
+#: below 2**22, the span tracks' synthetic ids start at 2**30)
+PYSPY_TID = 1 << 29
+
+
+def _samples(emit, samples) -> None:
+    """py-spy's samples (:mod:`fdprof.trace.pyspy`) as a track of their own per sampled
+    thread, ``py-spy <thread> (<tid>)`` beside the thread's spans: each frame's stay on the
+    stack a slice, nested as the stack was (category ``py-spy``, file and line in its args)."""
+    for (pid, tid), name in samples.threads.items():
+        emit(_thread_name(pid, PYSPY_TID + tid, f"py-spy {name} ({tid})"))
+    texts = [
+        f'{{"name":{encode_basestring(fn)},"cat":"py-spy","ph":"X","pid":{pid},'
+        f'"tid":{PYSPY_TID + tid},"ts":{us(start)},"dur":{us(max(end - start, 0))},'
+        f'"args":{{"file":{encode_basestring(path)},"line":{line}}}}}'
+        for pid, tid, start, end, frame in rows(
+            samples.slices.sort_values(["pid", "tid", "start", "depth"]),
+            ["pid", "tid", "start", "end", "frame"],
+        )
+        for fn, path, line in [samples.frames[frame]]
+    ]
+    for lo in range(0, len(texts), 8192):
+        emit(",\n".join(texts[lo : lo + 8192]))
 
 
 #: attribute whose value puts a span on a track of its own beside its thread's (Nsight's CUDA

@@ -36,13 +36,17 @@ def oracle(trace: Trace) -> dict[str, set]:
             gaps.add(("truncated", str(s.lane)))
 
     def before(s, t) -> bool:
+        if s.lane == t.lane:  # program order
+            return s.end <= t.start
         rel = [e["row"] for e in by_lane.get(str(s.lane), [])
                if e["op"] == "release" and e["time"] >= s.end]  # fmt: skip
         acq = {e["row"] for e in by_lane.get(str(t.lane), [])
                if e["op"] == "acquire" and e["time"] <= t.start}  # fmt: skip
         return any(reach[r] & acq for r in rel)
 
-    acc = [a for a in trace.accesses.itertuples() if spans[int(a.span_id)].end != -1]
+    finished = [a for a in trace.accesses.itertuples() if spans[int(a.span_id)].end != -1]
+    acc = [a for a in finished if a.mode in ("read", "write")]
+    lifetime = _lifetime(acc, [a for a in finished if a.mode in ("alloc", "free")], spans, before)
     races, alarms = set(), set()
     for i, x in enumerate(acc):
         for y in acc[i + 1 :]:
@@ -60,7 +64,31 @@ def oracle(trace: Trace) -> dict[str, set]:
                     alarms.add(pair)
             else:
                 races.add((*pair, overlapped))
-    return {"races": races, "alarms": alarms, "gaps": gaps, "cyclic": cyclic, "broken": broken}
+    return {"races": races, "alarms": alarms, "gaps": gaps, "cyclic": cyclic, "broken": broken,
+            "lifetime": lifetime}  # fmt: skip
+
+
+def _lifetime(acc, events, spans, before) -> set:
+    """{(kind, access span, allocator span, pool)}: an access belongs to the lifetime of the
+    last allocator event of its block that happens before it; that event a free: a use after
+    free; an allocation whose next event is a free the access does not happen before: freed
+    while in use."""
+    out = set()
+    for x in acc:
+        sx = spans[int(x.span_id)]
+        mine = sorted((e for e in events if (e.pool, e.block) == (x.pool, x.block)),
+                      key=lambda e: (spans[int(e.span_id)].start, int(e.span_id)))  # fmt: skip
+        prior = [i for i, e in enumerate(mine) if before(spans[int(e.span_id)], sx)]
+        if not prior:
+            continue
+        last = mine[max(prior)]
+        if last.mode == "free":
+            out.add(("use_after_free", int(x.span_id), int(last.span_id), x.pool))
+        elif max(prior) + 1 < len(mine):
+            nxt = mine[max(prior) + 1]
+            if nxt.mode == "free" and not before(sx, spans[int(nxt.span_id)]):
+                out.add(("freed_while_in_use", int(x.span_id), int(nxt.span_id), x.pool))
+    return out
 
 
 def sync_graph(trace: Trace) -> tuple[list[dict], list[tuple[int, int]], set, set]:
@@ -172,6 +200,8 @@ def agrees(trace: Trace) -> bool | None:
         "gaps": {(k, lane) for k, lane in report.gaps[["kind", "lane"]].to_numpy().tolist()},
         "broken": {(o, *sorted([(la, sa, ea), (lb, sb, eb)]))
                    for o, la, sa, ea, lb, sb, eb in report.broken_locks.to_numpy().tolist()},
+        "lifetime": {(k, int(a), int(b), p) for k, a, b, p in
+                     report.lifetime[["kind", "span_a", "span_b", "pool"]].to_numpy().tolist()},
     }  # fmt: skip
     assert got == expected
     return True

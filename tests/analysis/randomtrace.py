@@ -38,11 +38,14 @@ def random_trace(seed: int, family: str = "mixed") -> Trace:
     """``mixed``: every object kind, some lanes skewed; ``skewed``: keyed objects only, every
     lane's clock skewed; ``locks``: mostly seq-less objects (time-ordered pairing). The lock
     mostly excludes (holds of ``lock:kv`` on two lanes overlap now and then: a broken lock);
-    ``mutex:m`` events are drawn freely."""
+    ``mutex:m`` events are drawn freely. ``lifetime``: as ``mixed``, and the first lane is
+    also an allocator handing blocks out and taking them back (instant spans, so its events
+    are in program order, as an allocator's are)."""
     rng = random.Random(seed)
     lanes = [f"{1 + i % 2}/{i + 1}" for i in range(rng.randint(2, 4))]  # threads share pids
-    p_skew = {"mixed": 0.3, "skewed": 1.0, "locks": 0.0}[family]
-    objs = {"mixed": SEQ_OBJS + SEQLESS_OBJS, "skewed": SEQ_OBJS,
+    p_skew = {"mixed": 0.3, "lifetime": 0.3, "skewed": 1.0, "locks": 0.0}[family]
+    objs = {"mixed": SEQ_OBJS + SEQLESS_OBJS, "lifetime": SEQ_OBJS + SEQLESS_OBJS,
+            "skewed": SEQ_OBJS,
             "locks": SEQLESS_OBJS + SEQLESS_OBJS + SEQ_OBJS[:1]}[family]  # fmt: skip
     skew = {lane: rng.randint(-6, 6) if rng.random() < p_skew else 0 for lane in lanes}
     many = 0 if family == "locks" else rng.choice((0, 0, 3, 12))  # locks stay frequent there
@@ -85,12 +88,22 @@ def random_trace(seed: int, family: str = "mixed") -> Trace:
             return True
         return op == "rel" and rng.random() < 0.1
 
+    allocated: set[tuple[str, int]] = set()
+    ops = ("open", "close", "span", "span", "rel", "rel", "acq", "acq")
+    if family == "lifetime":
+        ops += ("life", "life", "life")
+
     for _ in range(rng.randint(1, 24)):
         lane = rng.choice(lanes)
         t += rng.choice((0, 1, 1, 2))
         end_holds(t)
-        op = rng.choice(("open", "close", "span", "span", "rel", "rel", "acq", "acq"))
-        if op == "open":
+        op = rng.choice(ops)
+        if op == "life":  # the allocator (first lane) hands a block out or takes it back
+            block = (rng.choice(("gpu", "cpu")), rng.randint(0, 2))
+            mode = "free" if block in allocated else "alloc"
+            allocated ^= {block}
+            new_span(lanes[0], t, t, [(*block, mode, (-1, -1))])
+        elif op == "open":
             open_spans[lane].append((t, some_accesses()))
         elif op == "close" and open_spans[lane]:
             start, acc = open_spans[lane].pop()

@@ -13,7 +13,9 @@ A, B = "1/1", "2/1"
 
 
 #: the counts of a clean report
-CLEAN = dict.fromkeys(("races", "latent", "overlaps", "clock_alarms", "gaps", "broken_locks"), 0)
+CLEAN = dict.fromkeys(
+    ("races", "latent", "overlaps", "clock_alarms", "gaps", "broken_locks", "lifetime"), 0
+)
 
 
 def counts(trace, **kw):
@@ -194,7 +196,7 @@ def test_broadcast_release_orders_every_acquirer():
 
 def test_json_shape():
     doc = find_hazards(swap_in_then_execute(wait_for=None)).to_json()
-    counts = {"races", "latent", "overlaps", "clock_alarms", "gaps", "broken_locks"}
+    counts = {"races", "latent", "overlaps", "clock_alarms", "gaps", "broken_locks", "lifetime"}
     assert set(doc["counts"]) == counts
     assert doc["races"][0]["blocks"] == ["gpu:7"] and doc["races"][0]["overlapped"] is False
 

@@ -42,7 +42,7 @@ def test_consecutive_pairs_merge_into_runs():
 
 
 def _attach_and_write(c: ProcessContext, done) -> None:
-    _, pool = attach_device_cache(c)
+    _, pool, _ = attach_device_cache(c)
     pool[1, 0, 7].fill_(42.0)
     done.set()
 

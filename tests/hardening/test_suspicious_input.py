@@ -26,14 +26,22 @@ def warnings(result: subprocess.CompletedProcess) -> list[str]:
 @pytest.fixture(scope="module")
 def backwards_steps(tmp_path_factory):
     """The baseline run as Chrome JSON with every step span's duration negated (what a clock
-    that went backwards, or an edited trace, gives)."""
+    that went backwards, or an edited trace, gives): complete events get a negative ``dur``,
+    async begin/end pairs their timestamps swapped."""
     root = tmp_path_factory.mktemp("backwards")
     perfetto.write(load(BASELINE), root / "good.json")
     doc = json.loads((root / "good.json").read_text())
     events = doc["traceEvents"] if isinstance(doc, dict) else doc
+    async_pairs: dict[str, list[dict]] = {}
     for ev in events:
-        if ev.get("ph") == "X" and ev.get("name") == "step":
+        if ev.get("name") != "step":
+            continue
+        if ev.get("ph") == "X":
             ev["dur"] = -ev["dur"]
+        elif ev.get("ph") in ("b", "e"):  # a step that overlaps its neighbour goes out as async
+            async_pairs.setdefault(ev["id"], []).append(ev)
+    for begin, end in async_pairs.values():
+        begin["ts"], end["ts"] = end["ts"], begin["ts"]
     (root / "bad.json").write_text(json.dumps(doc))
     return root / "bad.json"
 

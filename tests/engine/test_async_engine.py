@@ -1,0 +1,114 @@
+"""The asynchronous engine (``--device-async``) end to end, one seed each: the forward pass and
+the copies run on device lanes with their KV accesses there, ordered by launch and event
+edges so the detector finds nothing to report; the settings it refuses. (Five seeds of each
+mode and fault: tests/test_validation.py.)"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from engine.config import ASYNC_FAULTS, EngineConfig, fault_settings
+from fdprof import semconv as S
+from fdprof.analysis.device_time import device_overlap, on_device
+from fdprof.analysis.hazards import find_hazards
+from fdprof.errors import FdprofError
+from fdprof.trace import load
+from tests.engine.conftest import run
+
+
+@pytest.fixture(scope="module")
+def lockless(tmp_path_factory):
+    """A lockless asynchronous run with write-through stores: (results, trace)."""
+    tmp = tmp_path_factory.mktemp("async")
+    results, run_dir = run(tmp, device_async=True, store_on_fill=True, requests=24, seed=0)
+    return results, load(run_dir)
+
+
+def _accesses(trace, name: str) -> int:
+    """KV accesses of spans named ``name``."""
+    ids = trace.spans.loc[trace.spans["name"] == name, "span_id"]
+    return int(trace.accesses["span_id"].isin(ids).sum())
+
+
+def test_device_work_is_on_device_lanes_with_its_kv_accesses(lockless):
+    results, trace = lockless
+    assert results["integrity"]["mismatches"] == 0 and results["integrity"]["nan"] == 0
+    spans = trace.spans
+    dev = spans[on_device(spans)]
+    assert {S.FORWARD, S.SWAP_COPY} <= set(dev["name"])
+    assert not set(dev["name"]) & {S.EXECUTE_MODEL, S.SWAP}  # the host calls stay on the host
+    # the accesses are the device work's, not the host call's that queued it
+    assert _accesses(trace, S.FORWARD) > 0 and _accesses(trace, S.SWAP_COPY) > 0
+    assert _accesses(trace, S.EXECUTE_MODEL) == 0 and _accesses(trace, S.SWAP) == 0
+    # each forward is the child of the execute_model call that launched it
+    by_id = spans.set_index("span_id")
+    forwards = spans[spans["name"] == S.FORWARD]
+    assert set(by_id.loc[forwards["parent_id"], "name"]) == {S.EXECUTE_MODEL}
+
+
+def test_launches_and_events_are_the_edges(lockless):
+    _, trace = lockless
+    objs = set(trace.syncs["obj"].astype(str))
+    assert any(o.startswith(S.DEVICE_LAUNCH_PREFIX) for o in objs)
+    compute = S.DEVICE_EVENT_PREFIX + S.engine_event(S.COMPUTE_DONE_EVENT, 0, 0)
+    swap_in = S.DEVICE_EVENT_PREFIX + S.engine_event(S.SWAP_IN_EVENT, 0, 0)
+    assert {compute, swap_in} <= objs
+    # stores waited on compute-done on the transfer's copy stream: an acquire on a device lane
+    waits = trace.syncs[(trace.syncs["obj"] == compute) & (trace.syncs["op"] == S.ACQUIRE)]
+    assert waits["lane"].astype(str).str.contains(S.DEVICE_LANE_PATTERN).any()
+
+
+def test_a_correct_async_run_has_no_race(lockless):
+    results, trace = lockless
+    assert results["swaps"]["to_cpu"] > 0 and results["swaps"]["to_gpu"] > 0
+    counts = find_hazards(trace).counts
+    assert counts["races"] == 0 and counts["latent"] == 0 and counts["gaps"] == 0
+
+
+def test_the_baseline_lock_covers_the_launch_and_not_the_kernel(tmp_path):
+    """The corrected lock on the asynchronous worker: the copies overlap forward passes on the
+    device unless the worker synchronises before it unlocks; races neither way (the events
+    order what conflicts)."""
+    overlap = {}
+    for sync in (False, True):
+        results, run_dir = run(tmp_path / str(sync), kv_lock="ipc-per-thread",
+                               workload="swap-heavy", device_async=True,
+                               sync_before_unlock=sync, requests=24, seed=0)  # fmt: skip
+        trace = load(run_dir)
+        assert results["integrity"]["mismatches"] == 0
+        assert find_hazards(trace).counts["races"] == 0
+        overlap[sync] = device_overlap(trace.spans).ratio
+    assert overlap[False] > 0 and overlap[True] == 0
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        ({"fault": "foreign-stream-write"}, "needs --device-async"),
+        ({"store_on_fill": True}, "need --device-async"),
+        ({"device_async": True, "store_on_fill": True, "kv_lock": "ipc"}, "--kv-lock none"),
+        ({"device_async": True, "tp": 2}, "--tp 1"),
+        ({"device_async": True, "fault": "store-before-compute-done"}, "--store-on-fill"),
+        ({"device_async": True, "fault": "reuse-staging-buffer"}, "--swap-in async"),
+    ],
+)
+def test_settings_the_async_engine_refuses(settings, message):
+    with pytest.raises(FdprofError, match=message):
+        EngineConfig(**settings)
+
+
+@pytest.mark.parametrize("fault", ASYNC_FAULTS)
+def test_each_async_fault_has_the_settings_it_needs(fault):
+    EngineConfig(fault=fault, **fault_settings(fault))
+
+
+def test_the_cli_refuses_an_async_fault_without_its_settings(tmp_path):
+    cmd = [sys.executable, "-m", "fdprof", "run", "--fault", "reuse-staging-buffer",
+           "--device-async", "--out", str(tmp_path / "r")]  # fmt: skip
+    result = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines()[-1].endswith("(swap-ins overlap only there)")
+    assert "Traceback" not in result.stderr
