@@ -7,6 +7,7 @@ import argparse
 from pathlib import Path
 
 from fdprof.analysis.hazards import find_hazards
+from fdprof.analysis.predict import predict_races
 from fdprof.analysis.whatif import what_if_drop_lock
 from fdprof.cli import load_trace
 from fdprof.cli._report_options import add_report_arguments, emit
@@ -35,6 +36,12 @@ def register(subparsers) -> None:
         default=None,
         help="drop-lock: drop the lock's edges and report what becomes unordered",
     )
+    p.add_argument(
+        "--predict",
+        action="store_true",
+        help="also predict races by weak causal precedence (WCP): conflicting accesses only "
+        "the lock's chance order ordered, reported apart; they alone do not make the exit 1",
+    )
     p.add_argument("--join", type=Path, default=None, help="run directory to join (nsys traces)")
     add_report_arguments(p)
     p.set_defaults(func=handle)
@@ -43,7 +50,10 @@ def register(subparsers) -> None:
 def handle(args: argparse.Namespace) -> int:
     trace = load_trace(args, args.trace, args.join)
     what_if = what_if_drop_lock(trace) if args.what_if == "drop-lock" else None
-    report = what_if.with_lock if what_if is not None else find_hazards(trace)
+    if args.predict:
+        report = predict_races(trace)
+    else:
+        report = what_if.with_lock if what_if is not None else find_hazards(trace)
     if not report.accesses:
         raise FdprofError(
             f"{args.trace}: no KV-block accesses (kv.* span attributes) to check; an Nsight "

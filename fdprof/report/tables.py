@@ -70,6 +70,12 @@ def hazards_document(report: HazardReport) -> Document:
             f"{c['lifetime']} access(es) outside their block's lifetime (the allocator's frees "
             "checked against every access): used after the free, or freed while in use"
         )
+    if report.predicted is not None:
+        summary.append(
+            f"{len(report.predicted)} predicted race(s) (weak causal precedence): conflicting "
+            "accesses that only the lock's order in this run ordered; another schedule of the "
+            "same critical sections could run them unordered (not counted in the exit status)"
+        )
     if report.dropped_objects:
         summary.append("edges of " + ", ".join(report.dropped_objects) + " dropped")
     if report.untrusted_locks:
@@ -87,6 +93,9 @@ def hazards_document(report: HazardReport) -> Document:
         _frame_table("Accesses outside their block's lifetime", report.lifetime,
                      ["kind", "pool", "block", "blocks", "name_a", "lane_a", "name_b", "lane_b"]),
         _pairs_table("Races (unordered conflicting accesses)", report.races, with_overlap=True),
+        *([] if report.predicted is None else [_pairs_table(
+            "Predicted races (WCP: ordered this run only by the lock's chance order)",
+            report.predicted)]),
         _pairs_table("Clock alarms (ordered, yet overlapping in time)", report.alarms),
         _frame_table("Instrumentation gaps (not races)", report.gaps,
                      ["kind", "lane", "obj", "seq", "detail"]),
