@@ -1,8 +1,9 @@
 """Hazard detection and trace diff on synthetic engine traces of 10^5, 10^6, 10^7 accesses.
 
 Each (analysis, size) runs in a fresh process, so peak memory is that analysis's own: build
-the trace(s), then time ``find_hazards`` (a lockless run with a seeded fault) or
-``diff_traces`` (baseline vs that run) and sample the resident set size meanwhile. Prints,
+the trace(s), then time ``find_hazards`` (a lockless run with a seeded fault),
+``diff_traces`` (baseline vs that run) or ``predict_races`` (the baseline, beside its own
+``find_hazards``) and sample the resident set size meanwhile. Prints,
 side by side, wall and CPU seconds, CPU µs per access, peak RSS, and the growth of CPU time
 from one size to the next next to what n log n predicts. Usage:
 ``python bench/bench_analysis.py [--sizes 1e5,1e6,1e7]``.
@@ -61,12 +62,20 @@ def measure(accesses: int, what: str) -> dict:
 
     from fdprof.analysis.diff import diff_traces
     from fdprof.analysis.hazards import find_hazards
+    from fdprof.analysis.predict import predict_races
 
     steps = max(1, accesses // PER_STEP)
     new = engine_trace(steps, mode="lockless", seed=2, fault="no-wait-swap-in", **SHAPE)
     out = {"accesses": len(new.accesses), "syncs": len(new.syncs), "spans": len(new.spans)}
     if what == "hazards":
         out["races"] = _timed(out, find_hazards, new).counts["races"]
+    elif what == "predict":  # the baseline (with its lock): happens-before, then WCP beside it
+        base = engine_trace(steps, mode="baseline", seed=1, **SHAPE)
+        out.update(accesses=len(base.accesses), syncs=len(base.syncs))
+        hb: dict = {}
+        _timed(hb, find_hazards, base)
+        out["predicted"] = _timed(out, predict_races, base).counts["predicted"]
+        out["hb_cpu_s"] = hb["cpu_s"]
     else:
         base = engine_trace(steps, mode="baseline", seed=1, **SHAPE)
         out["gain"] = _timed(out, diff_traces, base, new).throughput.ratio
@@ -88,6 +97,9 @@ def _timed(out: dict, fn, *args):
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--sizes", default="1e5,1e6,1e7")
+    ap.add_argument("--analyses", default="hazards,diff,predict",
+                    help="predict: hazards --predict on the baseline, its CPU time over "
+                    "plain hazards on the same trace")  # fmt: skip
     ap.add_argument("--one", type=float, default=None, help=argparse.SUPPRESS)
     ap.add_argument("--what", default="hazards", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -96,7 +108,7 @@ def main() -> None:
         return
     print(f"{'analysis':>8} {'accesses':>10} {'syncs':>8} {'wall s':>7} {'cpu s':>7} "
           f"{'us/acc':>7} {'peak MiB':>8} {'cpu growth':>10} {'n log n':>8}")  # fmt: skip
-    for what in ("hazards", "diff"):
+    for what in args.analyses.split(","):
         prev = None
         for size in (int(float(s)) for s in args.sizes.split(",")):
             cmd = [sys.executable, __file__, "--one", str(size), "--what", what]
@@ -108,7 +120,9 @@ def main() -> None:
                 growth = f"{r['cpu_s'] / prev['cpu_s']:.1f}x"
                 expect = f"{n * math.log(n) / (prev['accesses'] * math.log(prev['accesses'])):.1f}x"
             print(f"{what:>8} {n:>10,} {r['syncs']:>8,} {r['wall_s']:>7.2f} {r['cpu_s']:>7.2f} "
-                  f"{1e6 * r['cpu_s'] / n:>7.2f} {r['mib']:>8.0f} {growth:>10} {expect:>8}",
+                  f"{1e6 * r['cpu_s'] / n:>7.2f} {r['mib']:>8.0f} {growth:>10} {expect:>8}"
+                  + (f"  predict/hazards cpu {r['cpu_s'] / r['hb_cpu_s']:.2f}x, "
+                     f"{r['predicted']} predicted" if what == "predict" else ""),
                   flush=True)  # fmt: skip
             prev = r
 
