@@ -23,6 +23,7 @@ from fdprof.analysis import python_time
 from fdprof.analysis.breakdown import DEVICE_PARTS, device_breakdown, step_breakdown
 from fdprof.analysis.device_time import device_overlap, host_overlap
 from fdprof.analysis.hazards import find_hazards
+from fdprof.analysis.predict import predict_races
 from fdprof.analysis.whatif import what_if_drop_lock
 from fdprof.errors import FdprofError
 from fdprof.probe.run_manifest import MANIFEST
@@ -116,7 +117,9 @@ def analyse_run(
     if breakdown.empty:
         raise FdprofError(f"{run_dir}: the trace has no steps")
     wi = what_if_drop_lock(trace) if what_if else None
-    hazards = wi.with_lock if wi is not None else find_hazards(trace)
+    # a mode that asks for the lock what-if also gets WCP's predicted races beside it: the two
+    # answers to "was the lock needed?" (counts["predicted"])
+    hazards = predict_races(trace) if wi is not None else find_hazards(trace)
     outcome = RunOutcome(
         mode, label, index, run_dir, throughput(trace, breakdown), breakdown, hazards.counts,
         hazards.kinds, _mismatches(trace, manifest), request_latencies(trace),

@@ -108,6 +108,13 @@ def findings(result: ABResult) -> list[str]:
                if what_if == 0 else f"dropping the lock's edges leaves {what_if} pairs of KV "
                "accesses unordered: the lockless protocol must order them itself.")
         )  # fmt: skip
+    if "predicted" in hb:
+        lines.append(
+            f"Predicted races (WCP) on the {bl} runs: {hb['predicted']}"
+            + (": no other order of the lock's critical sections exposes a race."
+               if hb["predicted"] == 0 else " pairs of conflicting accesses that only the "
+               "lock's order in those runs ordered; another schedule could run them unordered.")
+        )  # fmt: skip
     lines.append(f"KV integrity: {result.integrity_mismatches} mismatching blocks over all runs.")
     return lines
 

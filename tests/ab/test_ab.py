@@ -56,6 +56,10 @@ def test_correct_protocol_is_clean_in_both_modes(ab_run):
     assert data["baseline"]["hazards"]["races"] == 0
     assert data["candidate"]["hazards"]["races"] == 0
     assert data["what_if_drop_lock"]["newly_unordered"] == 0
+    # WCP beside the what-if, on the baseline runs only: no order of the lock's critical
+    # sections exposes a race in the correct protocol
+    assert data["baseline"]["hazards"]["predicted"] == 0
+    assert "predicted" not in data["candidate"]["hazards"]
     assert data["integrity_mismatches"] == 0
 
 
