@@ -20,7 +20,7 @@ from itertools import combinations
 
 from fdprof.trace.model import Trace
 
-from .oracle import _layers_meet, lanes_of, sync_graph
+from .oracle import _layers_meet, _reachable_strict, lanes_of, sync_graph
 
 
 def wcp_oracle(trace: Trace) -> dict:
@@ -61,7 +61,7 @@ def wcp_oracle(trace: Trace) -> dict:
     hard = {(("s", r), ("s", a)) for r, a in pairs if not _is_lock(obj[a])}
     lock = {(("s", r), ("s", a)) for r, a in pairs if _is_lock(obj[a])}
     hb = _closure(po, hard | lock)
-    if any(n in _strict(n, _succ(po, hard | lock)) for n in po if n[0] == "s"):
+    if any(n in _reachable_strict(n, _succ(po, hard | lock)) for n in po if n[0] == "s"):
         return {"cyclic": True}
     hb_hard = _closure(po, hard)
 
@@ -132,7 +132,7 @@ def _wcp(x, y, base, hb) -> bool:
 def _closure(po: dict, edges: set) -> dict:
     """Reflexive-transitive reachability over program order and ``edges``."""
     succ = _succ(po, edges)
-    return {n: {n} | _strict(n, succ) for n in po}
+    return {n: {n} | _reachable_strict(n, succ) for n in po}
 
 
 def _succ(po: dict, edges: set) -> dict:
@@ -140,17 +140,6 @@ def _succ(po: dict, edges: set) -> dict:
     for u, v in edges:
         succ[u].add(v)
     return succ
-
-
-def _strict(start, succ: dict) -> set:
-    seen: set = set()
-    todo = list(succ[start])
-    while todo:
-        n = todo.pop()
-        if n not in seen:
-            seen.add(n)
-            todo.extend(succ[n])
-    return seen
 
 
 def wcp_agrees(trace: Trace) -> bool | None:
