@@ -29,7 +29,18 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-HTA_DATA = ROOT / ".." / "shared" / "data" / "hta"
+#: the real traces: ``../shared`` beside the checkout, or beside its worktree folder
+HTA_DATA = next(
+    (
+        d
+        for d in (
+            ROOT / ".." / "shared" / "data" / "hta",
+            ROOT / ".." / ".." / "shared" / "data" / "hta",
+        )
+        if d.is_dir()
+    ),
+    ROOT / ".." / "shared" / "data" / "hta",
+)
 
 
 def _rss_kib() -> int:
