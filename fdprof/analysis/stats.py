@@ -65,7 +65,7 @@ class RatioCI:
         return self.lo <= 1.0 <= self.hi
 
     def to_json(self) -> dict[str, Any]:
-        return {"ratio": self.ratio, "ci": [self.lo, self.hi], "confidence": self.confidence,
+        return {"ratio": self.ratio, "ci95": [self.lo, self.hi], "confidence": self.confidence,
                 "statistic": self.statistic, "method": self.method,
                 "includes_one": self.includes_one}  # fmt: skip
 

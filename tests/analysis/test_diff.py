@@ -51,7 +51,7 @@ def test_where_the_time_moved(runs):
     assert set(d.base.locks["name"]) == {"lock_wait", "lock_hold"} and d.new.locks.empty
     assert {"count_base", "total_new", "p99_base", "delta_total"} <= set(d.by_name.columns)
     doc = json.loads(json.dumps(d.to_json()))
-    assert doc["throughput"]["unit"] == "tokens/s" and len(doc["throughput"]["ci"]) == 2
+    assert doc["throughput"]["unit"] == "tokens/s" and len(doc["throughput"]["ci95"]) == 2
     assert doc["throughput"]["resampled"] == "steps within token-count classes"
 
 
