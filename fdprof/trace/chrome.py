@@ -557,9 +557,11 @@ def _bound_slices(
 ) -> np.ndarray:
     """The span row each flow event binds to (-1: none); see :func:`_bind_flows`."""
     out = np.full(len(flows), -1, dtype=np.int64)
-    named = syncs["span_id"][flows]
-    by_id = pd.Index(spans["span_id"]).get_indexer(named)
-    out[(named != 0) & (by_id >= 0)] = by_id[(named != 0) & (by_id >= 0)]
+    named = np.flatnonzero(syncs["span_id"][flows] != 0)
+    if len(named):  # only the fdprof writer names spans: no index of them for others' traces
+        by_id = pd.Index(spans["span_id"]).get_indexer(syncs["span_id"][flows[named]])
+        out[named[by_id >= 0]] = by_id[by_id >= 0]
+        del by_id
     todo = np.flatnonzero(out < 0)
     if not len(todo) or not len(spans["start"]):
         return out
@@ -571,13 +573,15 @@ def _bound_slices(
     times, rank = np.unique(
         np.concatenate([spans["start"], syncs["time"][flows[todo]]]), return_inverse=True
     )
-    key = track.astype(np.int64) * (len(times) + 1) + rank.ravel()
+    key = track.astype(np.int64)
+    key *= len(times) + 1
+    key += rank.ravel()
+    del times, rank  # each (n + flows) int64: freed before the sort below
     n = len(spans["start"])
     span_key, flow_key, flow_track = key[:n], key[n:], track[n:]
     order = np.argsort(span_key, kind="stable")
     sorted_key = span_key[order]
     ts = syncs["time"][flows[todo]]
-    end = np.where(spans["end"] < 0, np.iinfo(np.int64).max, spans["end"])
     nxt = how[todo] == NEXT
     # next: the first slice of the track at or after the event
     at = np.searchsorted(sorted_key, flow_key[nxt], "left")
@@ -595,7 +599,8 @@ def _bound_slices(
         valid = at >= 0
         cand = order[np.maximum(at, 0)]
         valid &= track[cand] == flow_track[enc]
-        hit = valid & (end[cand] >= ts[enc])
+        ends = spans["end"][cand]  # -1: never ended, so encloses all after its start
+        hit = valid & ((ends < 0) | (ends >= ts[enc]))
         out[todo[enc[hit]]] = cand[hit]
         retry = valid & ~hit
         enc, at = enc[retry], at[retry] - 1
