@@ -32,6 +32,7 @@ from fdprof.trace import conventions as C
 from fdprof.trace import limits
 from fdprof.trace.assemble import assemble
 from fdprof.trace.attrs import AttrsBuilder, small_tail
+from fdprof.trace.heap import release_freed
 from fdprof.trace.jsonstream import Stream, open_text, plain, raw_position
 from fdprof.trace.model import Trace
 
@@ -471,6 +472,7 @@ def read(path: Path) -> Trace:
                     raise FdprofError(f"{path}: events {first}-{last}: {exc}") from None
                 first += len(part)
             shown.update(raw_position(f) - shown.n)
+    release_freed()  # the decoded batches' objects: freed, but glibc keeps them
     return _finish(trace, b)
 
 
@@ -671,6 +673,7 @@ def _finish(trace: Trace, b: _Builder) -> Trace:
     unpaired = _bind_flows(spans, syncs)
     if unpaired:
         trace.warn(f"{unpaired} flow event(s) without the other end of their flow were ignored")
+    release_freed()  # the per-batch parts and flow binding's temporaries, before the frames
     processes = {
         "pid": procs,
         "role": [role_of[p] for p in procs],
