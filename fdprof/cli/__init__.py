@@ -14,6 +14,7 @@ import sys
 import traceback
 from pathlib import Path
 
+from fdprof import interrupts
 from fdprof.errors import FdprofError, missing_extra
 from fdprof.trace import Trace, limits, load
 
@@ -73,6 +74,8 @@ EXIT_CODES = """exit status (every command):
   3    --require-gain not met
   70   internal error ("internal error, please report"; --debug prints the traceback)
   130  interrupted (Ctrl-C)   141  stdout closed   143  terminated (SIGTERM)
+       (130/143: the engine's processes stopped, shared memory removed, run.json "interrupted";
+       a second Ctrl-C or SIGTERM does not cut that cleanup short)
 when several apply: 2 over 1 over 3 over 0"""
 
 
@@ -189,6 +192,11 @@ def main(argv: list[str] | None = None) -> int:
         name: value for name in limits.SETTINGS
         if (value := getattr(args, f"limit_{name}", None)) is not None
     })  # fmt: skip
+    with interrupts.handled():
+        return _dispatch(args)
+
+
+def _dispatch(args: argparse.Namespace) -> int:
     try:
         return int(args.func(args) or 0)
     except FdprofError as exc:
@@ -206,9 +214,10 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as exc:  # an output path that cannot be written, a full disk, ...
         where = f"{exc.filename}: " if exc.filename else ""
         return _bad_input(args, f"{where}{exc.strerror or exc}")
-    except KeyboardInterrupt:
-        print(f"fdprof {args.command}: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM (interrupts.Terminated)
+        what = "terminated (SIGTERM)" if isinstance(exc, interrupts.Terminated) else "interrupted"
+        print(f"fdprof {args.command}: {what}", file=sys.stderr)
+        return interrupts.exit_code(exc)
     except Exception as exc:  # anything else is a bug of fdprof's, not of the input
         return _internal_error(args, exc)
 

@@ -141,7 +141,15 @@ def add_capture_arguments(p: argparse.ArgumentParser) -> None:
         "--metrics-port",
         type=port_number,
         default=None,
-        help="serve Prometheus metrics on this port (all interfaces) while the engine runs",
+        help="serve Prometheus metrics on this port while the engine runs (on 127.0.0.1 "
+        "unless --metrics-host says otherwise)",
+    )
+    p.add_argument(
+        "--metrics-host",
+        default="127.0.0.1",
+        metavar="ADDR",
+        help="the address --metrics-port binds (default 127.0.0.1: this machine only; "
+        "0.0.0.0 for every interface, e.g. a Prometheus in a container)",
     )
     p.add_argument(
         "--nvtx-capture",
@@ -167,5 +175,5 @@ def capture_plan(args: argparse.Namespace) -> CapturePlan:
 
     return CapturePlan(
         args.otlp_endpoint, args.metrics_port, args.nvtx_capture, args.py_spy, args.workload,
-        nsys=inside_nsys(),
+        nsys=inside_nsys(), metrics_host=args.metrics_host,
     )  # fmt: skip

@@ -7,6 +7,7 @@ import math
 import sys
 from pathlib import Path
 
+from fdprof import files
 from fdprof.cli._engine_options import (
     add_capture_arguments,
     add_engine_arguments,
@@ -102,15 +103,16 @@ def handle(args: argparse.Namespace) -> int:
         raise FdprofError(f"--require-gain must be a positive number, got {args.require_gain}")
     if args.runs < 2:
         raise FdprofError("--runs must be at least 2 (a confidence interval needs repeats)")
-    out = args.out.resolve()
-    result = run_session(arms(args), args.runs, out, ProgressBar(sys.stderr, "runs"))
-    result.require_gain = args.require_gain
-    files = {"md": out / "report.md", "html": out / "report.html", "json": out / "ab.json"}
-    result.report_files = {fmt: str(path) for fmt, path in files.items()}
-    doc = build(result)
-    for fmt, path in files.items():
-        write(doc, path, fmt)
+    out = files.make_dir(args.out.resolve())
+    with files.DirectoryLock(out):  # a second ab on the same --out refuses, touching nothing
+        result = run_session(arms(args), args.runs, out, ProgressBar(sys.stderr, "runs"))
+        result.require_gain = args.require_gain
+        reports = {"md": out / "report.md", "html": out / "report.html", "json": out / "ab.json"}
+        result.report_files = {fmt: str(path) for fmt, path in reports.items()}
+        doc = build(result)
+        for fmt, path in reports.items():
+            write(doc, path, fmt)
     emit(args, doc)
     if args.format == "text":
-        print("  ".join(f"{fmt}: {path}" for fmt, path in files.items()))
+        print("  ".join(f"{fmt}: {path}" for fmt, path in reports.items()))
     return result.verdict.exit_code

@@ -256,7 +256,8 @@ static int Recorder_init(Recorder *r, PyObject *args, PyObject *kw) {
     PyObject *encoded = NULL;
     if (!PyUnicode_FSConverter(fspath, &encoded)) { Py_DECREF(fspath); Py_DECREF(path); return -1; }
     Py_DECREF(fspath);
-    r->fd = open(PyBytes_AS_STRING(encoded), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    /* open_recorder made the file (fdprof.files.create_new): never follow a link put there */
+    r->fd = open(PyBytes_AS_STRING(encoded), O_RDWR | O_NOFOLLOW | O_CLOEXEC);
     Py_DECREF(encoded);
     if (r->fd < 0) { Py_DECREF(path); PyErr_SetFromErrno(PyExc_OSError); return -1; }
     r->path = path;

@@ -18,8 +18,8 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 
+from fdprof import files, settings
 from fdprof import semconv as S
-from fdprof import settings
 from fdprof.probe import records as R
 from fdprof.probe.config import ProbeConfig
 from fdprof.probe.context import format_traceparent, parse_traceparent
@@ -245,12 +245,12 @@ RUN_DIR_ENV = settings.RUN_DIR
 def configure_from_env(role: str, dp_rank: int = 0, tp_rank: int = 0) -> Probe:
     """This process's probe for an engine fdprof did not start itself (vLLM, ``fdprof ab
     --baseline CMD``): with ``FDPROF_RUN_DIR`` set, the native recorder writes
-    ``<role>-<dp_rank>-<pid>.rec`` there (the directory is made if missing); otherwise the
-    no-op probe. ``tp_rank`` goes to the probe's resource attributes."""
+    ``<role>-<dp_rank>-<pid>.rec`` there (the directory is made if missing, mode 0700);
+    otherwise the no-op probe. ``tp_rank`` goes to the probe's resource attributes."""
     run_dir = settings.run_dir()
     if not run_dir:
         return _NOOP
-    Path(run_dir).mkdir(parents=True, exist_ok=True)
+    files.make_dir(run_dir)
     resource = {S.DP_RANK: str(dp_rank), S.TP_RANK: str(tp_rank)}
     return configure(ProbeConfig(run_dir=run_dir, resource=resource), role, dp_rank, tp_rank)
 

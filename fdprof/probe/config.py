@@ -19,5 +19,7 @@ class ProbeConfig:
     otlp_endpoint: str | None = None
     #: serve Prometheus metrics on this port (engine process of DP rank 0; +rank for others)
     metrics_port: int | None = None
+    #: the address the metrics endpoint binds (loopback unless ``--metrics-host`` says otherwise)
+    metrics_host: str = "127.0.0.1"
     #: resource attributes every process reports (``fd.kv_lock``, ``fd.dp_rank`` ...)
     resource: dict[str, str] = field(default_factory=dict)

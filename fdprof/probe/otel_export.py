@@ -27,6 +27,7 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace.export import SpanExporter
 from opentelemetry.trace import SpanContext
 
+from fdprof import files
 from fdprof import semconv as S
 from fdprof import settings as env
 from fdprof.probe import metric_names as M
@@ -110,7 +111,7 @@ class OtelExportObserver:
     def start(self, run_dir: Path, processes: list[dict]) -> None:
         self._run_dir = Path(run_dir)
         if self._prom_port is not None:  # first: a port in use fails before anything started
-            self.prometheus = PromMetrics(self._prom_port)
+            self.prometheus = PromMetrics(self._prom_port, self._config.metrics_host)
         self._log.install()
         if self._span_exporter is not None:
             self._sink = SpanSink(self._span_exporter, self._settings)
@@ -157,7 +158,7 @@ class OtelExportObserver:
         if delivery.reason:
             self.stats["reason"] = delivery.reason
         if self._run_dir is not None:
-            (self._run_dir / STATS_FILE).write_text(json.dumps(self.stats) + "\n")
+            files.write_atomic(self._run_dir / STATS_FILE, json.dumps(self.stats) + "\n")
         if delivery.dropped:
             log.warning(
                 "OpenTelemetry export dropped %d of %d spans (%s)",

@@ -148,7 +148,7 @@ class OtelMetrics:
 class PromMetrics:
     """The same metrics on a Prometheus scrape endpoint (``--metrics-port``)."""
 
-    def __init__(self, port: int, addr: str = "0.0.0.0") -> None:
+    def __init__(self, port: int, addr: str = "127.0.0.1") -> None:
         import prometheus_client as pc
         from prometheus_client.exposition import ThreadingWSGIServer
 
@@ -170,7 +170,9 @@ class PromMetrics:
         try:
             self._server = make_server(addr, port, self._app, ThreadingWSGIServer, _QuietHandler)
         except OSError as exc:
-            raise FdprofError(f"cannot serve metrics on port {port}: {exc.strerror}") from None
+            raise FdprofError(
+                f"cannot serve metrics on {addr} port {port}: {exc.strerror}"
+            ) from None
         self._thread = threading.Thread(
             target=self._server.serve_forever, name="fdprof-metrics", daemon=True
         )

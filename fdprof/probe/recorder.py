@@ -23,7 +23,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from fdprof import settings
+from fdprof import files, settings
 from fdprof.probe import records as R
 from fdprof.probe.records import CHUNK
 
@@ -54,7 +54,8 @@ class Recorder:
         self, path: str | os.PathLike, role: str, dp_rank: int = -1, tp_rank: int = -1
     ) -> None:
         self.path = Path(path)
-        self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+        # the file open_recorder made (fdprof.files.create_new): a link put there is not followed
+        self._fd = os.open(self.path, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
         self._lock = threading.Lock()
         self._maps: list[mmap.mmap] = []
         self._buf: mmap.mmap | None = None
@@ -258,7 +259,9 @@ def _truncate_utf8(data: bytes, limit: int) -> bytes:
 def open_recorder(path: str | os.PathLike, role: str, dp_rank: int = -1, tp_rank: int = -1):
     """The C recorder where it is built (unless ``FDPROF_RECORDER=python``), else this twin.
     ``dp_rank``/``tp_rank`` (-1: unknown) go to the file's header: they scope the process's
-    KV pools for the analyses."""
+    KV pools for the analyses. The file is made new (:func:`fdprof.files.create_new`: what had
+    the name before is removed, a symbolic link never followed; mode ``FDPROF_FILE_MODE``)."""
+    os.close(files.create_new(path))
     if not settings.python_recorder():
         try:
             from fdprof.probe._recorder import Recorder as CRecorder

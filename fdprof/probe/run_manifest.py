@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from fdprof import files
 from fdprof.probe import records as R
 
 MANIFEST = "run.json"
@@ -58,8 +59,9 @@ def write_run_manifest(
     error: str | None = None,
     processes: list[dict[str, Any]] | None = None,
 ) -> Path:
-    """Write ``run_dir/run.json`` atomically (a reader never sees half of it); processes are
-    found from the record files unless given. Returns its path."""
+    """Write ``run_dir/run.json`` atomically (a reader never sees half of it; a link planted
+    under its name is replaced, not followed; mode ``FDPROF_FILE_MODE``); processes are found
+    from the record files unless given. Returns its path."""
     run_dir = Path(run_dir)
     manifest = {
         "format": RUN_FORMAT,
@@ -69,6 +71,6 @@ def write_run_manifest(
         "status": status,
         "error": error,
     }
-    tmp = run_dir / f"{MANIFEST}.{os.getpid()}.tmp"
-    tmp.write_text(json.dumps(manifest, indent=2, default=str) + "\n")
-    return tmp.replace(run_dir / MANIFEST)
+    return files.write_atomic(
+        run_dir / MANIFEST, json.dumps(manifest, indent=2, default=str) + "\n"
+    )

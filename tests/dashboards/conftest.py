@@ -157,7 +157,10 @@ def prometheus(tmp_path: Path) -> Iterator:
     """``start(targets) -> Prometheus``: a fresh server already scraping ``host:port`` targets."""
     binary = shutil.which("prometheus")
     if binary is None:
-        pytest.fail("prometheus is not installed (apt-get install prometheus; .ci/run does)")
+        pytest.fail(
+            "prometheus is not installed (apt-get install prometheus; "
+            "make test does as root: .ci/system-deps)"
+        )
     started: list[Prometheus] = []
 
     def start(targets: list[str]) -> Prometheus:

@@ -36,7 +36,8 @@ def _compile(tmp_path: Path, dashboards: dict[str, dict]) -> dict[str, list[str]
     if node is None or not TSC.exists():
         pytest.fail(
             "Node.js and the pinned npm packages are needed: apt-get install nodejs npm, then "
-            "make test (it runs npm ci in tests/dashboards/grafana_schema; .ci/run does both)"
+            "make test (it runs npm ci in tests/dashboards/grafana_schema; "
+            "as root it installs both: .ci/system-deps)"
         )
     files = []
     for name, dashboard in dashboards.items():

@@ -93,7 +93,10 @@ def test_compose_commands_name_mounted_files():
 def test_prometheus_config_passes_promtool():
     promtool = shutil.which("promtool")
     if promtool is None:
-        pytest.fail("promtool is not installed (apt-get install prometheus; .ci/run does)")
+        pytest.fail(
+            "promtool is not installed (apt-get install prometheus; "
+            "make test does as root: .ci/system-deps)"
+        )
     result = subprocess.run(
         [promtool, "check", "config", str(DIR / "prometheus.yaml")],
         capture_output=True,
@@ -179,3 +182,19 @@ def test_provisioning_is_mounted_and_loads_every_dashboard():
         assert host == DIR / name, f"{name} is not mounted under the provider's path"
     home = SERVICES["grafana"]["environment"]["GF_DASHBOARDS_DEFAULT_HOME_DASHBOARD_PATH"]
     assert container_file("grafana", home).is_file()
+
+
+def test_every_port_is_published_on_loopback_only():
+    for service in SERVICES.values():
+        for spec in service.get("ports", []):
+            assert str(spec).startswith("127.0.0.1:"), spec
+
+
+def test_grafana_has_no_anonymous_admin():
+    grafana = SERVICES["grafana"]["environment"]
+    anonymous = str(grafana.get("GF_AUTH_ANONYMOUS_ENABLED", "false")).lower() == "true"
+    if anonymous:
+        assert grafana.get("GF_AUTH_ANONYMOUS_ORG_ROLE", "Viewer") == "Viewer"
+    assert str(grafana.get("GF_AUTH_DISABLE_LOGIN_FORM", "false")).lower() != "true"
+    password = grafana["GF_SECURITY_ADMIN_PASSWORD"]
+    assert password.startswith("${") and ":?" in password  # from the environment, required

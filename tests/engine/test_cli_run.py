@@ -83,7 +83,10 @@ def test_metrics_port_in_use_is_one_line_exit_2_and_leaves_nothing(tmp_path):
         )  # fmt: skip
         _, err = proc.communicate(timeout=120)
     assert proc.returncode == 2
-    assert err == f"fdprof run: cannot serve metrics on port {port}: Address already in use\n"
+    assert (
+        err
+        == f"fdprof run: cannot serve metrics on 127.0.0.1 port {port}: Address already in use\n"
+    )
     assert list(Path("/dev/shm").glob(f"fdprof-{proc.pid}-*")) == []
     manifest = json.loads((tmp_path / "run" / "run.json").read_text())
     assert manifest["status"] == "failed" and manifest["error"] in err
