@@ -44,14 +44,15 @@ def make_dir(path: str | os.PathLike) -> Path:
     return path
 
 
-def create_new(path: str | os.PathLike) -> int:
-    """A descriptor (read-write) of a new empty file at ``path``, mode ``FDPROF_FILE_MODE``.
-    Whatever had the name is removed first: a symbolic link planted there is never followed."""
+def create_new(path: str | os.PathLike, mode: int | None = None) -> int:
+    """A descriptor (read-write) of a new empty file at ``path``, ``mode`` (default
+    ``FDPROF_FILE_MODE``). Whatever had the name is removed first: a symbolic link planted
+    there is never followed."""
     with contextlib.suppress(FileNotFoundError):
         os.unlink(path)
     fd = os.open(path, _NEW, 0o600)
     try:
-        os.fchmod(fd, settings.file_mode())
+        os.fchmod(fd, settings.file_mode() if mode is None else mode)
     except BaseException:
         os.close(fd)
         raise

@@ -7,11 +7,13 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -238,13 +240,13 @@ static int w_sync(Recorder *r, uint64_t sid, uint32_t obj, uint32_t op, int64_t 
 /* ---- construction ---- */
 
 static int Recorder_init(Recorder *r, PyObject *args, PyObject *kw) {
-    static char *kwlist[] = {"path", "role", "dp_rank", "tp_rank", NULL};
+    static char *kwlist[] = {"path", "role", "dp_rank", "tp_rank", "mode", NULL};
     PyObject *path_arg;
     const char *role;
     Py_ssize_t role_len;
-    int dp_rank = -1, tp_rank = -1;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "Os#|ii", kwlist, &path_arg, &role, &role_len,
-                                     &dp_rank, &tp_rank))
+    int dp_rank = -1, tp_rank = -1, mode = 0600;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "Os#|iii", kwlist, &path_arg, &role, &role_len,
+                                     &dp_rank, &tp_rank, &mode))
         return -1;
     PyObject *pathlib = PyImport_ImportModule("pathlib");
     if (!pathlib) return -1;
@@ -256,10 +258,17 @@ static int Recorder_init(Recorder *r, PyObject *args, PyObject *kw) {
     PyObject *encoded = NULL;
     if (!PyUnicode_FSConverter(fspath, &encoded)) { Py_DECREF(fspath); Py_DECREF(path); return -1; }
     Py_DECREF(fspath);
-    /* open_recorder made the file (fdprof.files.create_new): never follow a link put there */
-    r->fd = open(PyBytes_AS_STRING(encoded), O_RDWR | O_NOFOLLOW | O_CLOEXEC);
+    /* a new file, as fdprof.files.create_new makes one: whatever had the name (a file, a
+       symbolic link planted there) is removed, never opened; then the caller's mode */
+    const char *name = PyBytes_AS_STRING(encoded);
+    if (unlink(name) != 0 && errno != ENOENT) r->fd = -1;
+    else r->fd = open(name, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (r->fd >= 0 && fchmod(r->fd, (mode_t)mode) != 0) { close(r->fd); r->fd = -1; }
+    if (r->fd < 0) {
+        PyErr_SetFromErrnoWithFilenameObject(PyExc_OSError, path);
+        Py_DECREF(encoded); Py_DECREF(path); return -1;
+    }
     Py_DECREF(encoded);
-    if (r->fd < 0) { Py_DECREF(path); PyErr_SetFromErrno(PyExc_OSError); return -1; }
     r->path = path;
     r->strings = PyDict_New();
     r->handles = PyDict_New();

@@ -51,11 +51,16 @@ class Recorder:
     """Appends records for one process. Thread-safe; one instance per process."""
 
     def __init__(
-        self, path: str | os.PathLike, role: str, dp_rank: int = -1, tp_rank: int = -1
+        self,
+        path: str | os.PathLike,
+        role: str,
+        dp_rank: int = -1,
+        tp_rank: int = -1,
+        mode: int = 0o600,
     ) -> None:
         self.path = Path(path)
-        # the file open_recorder made (fdprof.files.create_new): a link put there is not followed
-        self._fd = os.open(self.path, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
+        # a new file: a link planted under the name is removed, never followed
+        self._fd = files.create_new(self.path, mode)
         self._lock = threading.Lock()
         self._maps: list[mmap.mmap] = []
         self._buf: mmap.mmap | None = None
@@ -259,14 +264,15 @@ def _truncate_utf8(data: bytes, limit: int) -> bytes:
 def open_recorder(path: str | os.PathLike, role: str, dp_rank: int = -1, tp_rank: int = -1):
     """The C recorder where it is built (unless ``FDPROF_RECORDER=python``), else this twin.
     ``dp_rank``/``tp_rank`` (-1: unknown) go to the file's header: they scope the process's
-    KV pools for the analyses. The file is made new (:func:`fdprof.files.create_new`: what had
-    the name before is removed, a symbolic link never followed; mode ``FDPROF_FILE_MODE``)."""
-    os.close(files.create_new(path))
+    KV pools for the analyses. Both make the file new (as :func:`fdprof.files.create_new`:
+    what had the name before is removed, a symbolic link never followed), mode
+    ``FDPROF_FILE_MODE``."""
+    mode = settings.file_mode()
     if not settings.python_recorder():
         try:
             from fdprof.probe._recorder import Recorder as CRecorder
         except ImportError:
             pass
         else:
-            return CRecorder(path, role, dp_rank, tp_rank)
-    return Recorder(path, role, dp_rank, tp_rank)
+            return CRecorder(path, role, dp_rank, tp_rank, mode)
+    return Recorder(path, role, dp_rank, tp_rank, mode)
