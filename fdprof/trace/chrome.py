@@ -32,7 +32,7 @@ from fdprof.trace import conventions as C
 from fdprof.trace import limits
 from fdprof.trace.assemble import assemble
 from fdprof.trace.attrs import AttrsBuilder, small_tail
-from fdprof.trace.heap import release_freed
+from fdprof.trace.heap import mapped_large_blocks, release_freed
 from fdprof.trace.jsonstream import Stream, open_text, plain, raw_position
 from fdprof.trace.model import Trace
 
@@ -473,7 +473,8 @@ def read(path: Path) -> Trace:
                 first += len(part)
             shown.update(raw_position(f) - shown.n)
     release_freed()  # the decoded batches' objects: freed, but glibc keeps them
-    return _finish(trace, b)
+    with mapped_large_blocks():  # the columns and frames: no holes left resident (.heap)
+        return _finish(trace, b)
 
 
 def _roles(given: np.ndarray, pids: np.ndarray, role_of: dict[int, str]) -> np.ndarray:
