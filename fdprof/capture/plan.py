@@ -67,4 +67,6 @@ def _otel_observers(probe_config: ProbeConfig) -> list:
         if asked or settings.otlp_asked():
             raise
         return []
-    return list(observers_for(probe_config))
+    from fdprof.capture.safety import hazard_counts
+
+    return list(observers_for(probe_config, hazard_counts))

@@ -50,8 +50,12 @@ def stale(directory: Path) -> list[str]:
     return out
 
 
-def promql(window: str) -> list[Query]:
-    """Every PromQL query of every dashboard, ``$__rate_interval`` set to ``window``."""
+def promql(window: str, range_: str | None = None) -> list[Query]:
+    """Every PromQL query of every dashboard, ``$__rate_interval`` set to ``window`` and
+    ``$__range`` to ``range_`` (``window`` unless given)."""
     return [
-        q for build in BUILDERS.values() for q in queries(build(), window) if q.language == "promql"
+        q
+        for build in BUILDERS.values()
+        for q in queries(build(), window, range_)
+        if q.language == "promql"
     ]

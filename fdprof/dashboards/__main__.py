@@ -21,7 +21,7 @@ def _verify(url: str, minutes: float, window: str) -> int:
     """Print every PromQL query that returns no finite sample over the last minutes."""
     end = time.time()
     empty = 0
-    for query in dashboards.promql(window):
+    for query in dashboards.promql(window, f"{round(minutes * 60)}s"):
         result = prometheus_api.query_range(url, query.text, end - minutes * 60, end, 5)
         if not prometheus_api.finite_samples(result):
             empty += 1

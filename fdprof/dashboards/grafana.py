@@ -52,6 +52,27 @@ def label_variable(name: str, label: str, datasource: dict, metric: str, label_n
     }
 
 
+def choice_variable(
+    name: str, label: str, datasource: dict, metric: str, label_name: str, default: str
+) -> dict:
+    """A single-select variable over one label's values (one lock mode, say), at ``default``."""
+    return {
+        "name": name,
+        "label": label,
+        "type": "query",
+        "datasource": datasource,
+        "query": f"label_values({metric}, {label_name})",
+        "refresh": 2,
+        "multi": False,
+        "includeAll": False,
+        "current": {"selected": True, "text": default, "value": default},
+        "options": [],
+        "sort": 1,
+        "hide": 0,
+        "regex": "",
+    }
+
+
 def textbox_variable(name: str, label: str, default: str) -> dict:
     """A free-text variable (thresholds such as ``50ms``), substituted as typed."""
     return {
@@ -95,7 +116,23 @@ class Panel:
     height: int = 8
     min: float | None = None
     max: float | None = None
+    decimals: int | None = None
+    #: red from this value up (green below): for counts that must stay 0
+    red_from: float | None = None
     options: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Annotation:
+    """Regions on every time axis where a PromQL query has samples (a run, say)."""
+
+    name: str
+    expr: str
+    title: str
+    text: str
+    tags: tuple[str, ...] = ()
+    color: str = "blue"
+    step: str = "5s"
 
 
 def _target(target: Prom | TraceQL, ref: str, datasource: dict) -> dict:
@@ -124,6 +161,14 @@ def _panel_json(panel: Panel, pid: int, pos: dict, datasource: dict) -> dict:
         defaults["min"] = panel.min
     if panel.max is not None:
         defaults["max"] = panel.max
+    if panel.decimals is not None:
+        defaults["decimals"] = panel.decimals
+    if panel.red_from is not None:
+        defaults["color"] = {"mode": "thresholds"}
+        defaults["thresholds"] = {
+            "mode": "absolute",
+            "steps": [{"color": "green", "value": None}, {"color": "red", "value": panel.red_from}],
+        }
     return {
         "id": pid,
         "type": panel.kind,
@@ -173,6 +218,7 @@ def dashboard(
     variables: list[dict],
     panels: list[dict],
     links: list[dict] | None = None,
+    annotations: list[tuple[Annotation, dict]] | None = None,
 ) -> dict:
     """A whole dashboard, tagged ``fdprof`` so the dashboards link to one another."""
     return {
@@ -188,9 +234,27 @@ def dashboard(
         "schemaVersion": SCHEMA_VERSION,
         "version": 1,
         "links": links or [],
-        "annotations": {"list": []},
+        "annotations": {"list": [_annotation_json(a, ds) for a, ds in annotations or []]},
         "templating": {"list": variables},
         "panels": panels,
+    }
+
+
+def _annotation_json(annotation: Annotation, datasource: dict) -> dict:
+    """A Prometheus annotation: the query in ``target``, the title, text and tag formats beside
+    it, where Grafana's Prometheus plugin reads them."""
+    return {
+        "name": annotation.name,
+        "datasource": datasource,
+        "enable": True,
+        "hide": False,
+        "iconColor": annotation.color,
+        "target": {"refId": "Anno", "expr": annotation.expr, "interval": annotation.step},
+        "step": annotation.step,
+        "titleFormat": annotation.title,
+        "textFormat": annotation.text,
+        "tagKeys": ",".join(annotation.tags),
+        "useValueForTime": False,
     }
 
 

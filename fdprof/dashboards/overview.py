@@ -1,13 +1,26 @@
-"""The engine overview: throughput, latencies, swaps, the lock and the probe's own health.
+"""The engine overview: lock vs lockless at a glance, then the run's safety, throughput,
+request latencies, swaps, the lock and the probe's own health.
 
-Every panel is split by ``kv_lock``, so a baseline (``ipc``) and a lockless (``none``) engine
-feeding the same Prometheus are compared on the same axes.
+Every panel but the ratio is split by ``kv_lock``, so a baseline (``ipc``) and a lockless
+(``none``) engine feeding the same Prometheus are compared on the same axes; the ratio divides
+the mode chosen as ``candidate`` by the one chosen as ``baseline``. Each run is an annotation.
 """
 
 from __future__ import annotations
 
 from fdprof.dashboards import grafana as G
-from fdprof.dashboards.promql import filter_variables, legend, quantile, rate, ratio
+from fdprof.dashboards.promql import (
+    active,
+    filter_variables,
+    legend,
+    mode_ratio,
+    mode_variable,
+    quantile,
+    rate,
+    ratio,
+    run_total,
+    runs,
+)
 from fdprof.probe import metric_names as M
 
 UID = "fdprof-engine-overview"
@@ -21,6 +34,109 @@ def _quantiles(metric: M.Metric, by: tuple[str, ...] = ()) -> tuple[G.Prom, ...]
     )
 
 
+#: the modes the throughput ratio compares, by default: the lockless engine over the lock
+BASELINE, CANDIDATE = "ipc", "none"
+_STAT = {
+    "reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False},
+    "colorMode": "value",
+    "graphMode": "none",
+    "textMode": "value_and_name",
+    "justifyMode": "auto",
+    "orientation": "auto",
+}
+
+
+def _at_a_glance(tokens: G.Prom) -> list[G.Panel]:
+    return [
+        G.Panel(
+            "Throughput, $candidate over $baseline",
+            "Mean tokens/s while the candidate mode served, over the same for the baseline, "
+            "across the time range: >1 means the candidate is faster. A point estimate from "
+            "what ran in the range (see Runs); fdprof ab gives the gain with its 95% CI.",
+            (G.Prom(mode_ratio(M.GENERATED_TOKENS, "candidate", "baseline"), "ratio"),),
+            kind="stat",
+            unit="suffix: ×",
+            decimals=3,
+            width=6,
+            options={**_STAT, "textMode": "value"},
+        ),
+        G.Panel(
+            "Runs by kv_lock",
+            "Runs that served within the time range, per lock mode: how much the ratio rests on.",
+            (G.Prom(runs(M.RUN_ACTIVE), legend()),),
+            kind="stat",
+            unit="none",
+            decimals=0,
+            width=6,
+            options=_STAT,
+        ),
+        G.Panel(
+            "Mean tokens/s by kv_lock",
+            "Mean throughput over the time range, one bar per lock mode.",
+            (tokens,),
+            kind="bargauge",
+            unit="suffix: tok/s",
+            width=12,
+            min=0,
+            options={
+                "orientation": "horizontal",
+                "displayMode": "basic",
+                "reduceOptions": {"calcs": ["mean"], "fields": "", "values": False},
+            },
+        ),
+    ]
+
+
+def _safety() -> list[G.Panel]:
+    return [
+        G.Panel(
+            "Races and lifetime violations",
+            "What fdprof hazards finds in each run's records at its end, summed over the runs "
+            "in the time range: races (overlapped / latent), accesses outside a block's "
+            "lifetime, locks that did not exclude. Anything but 0 is a bug; broken_lock on the "
+            "ipc baseline is FastDeploy's own (threads of one process share the lock), and "
+            "races there are judged without that lock's edges.",
+            (G.Prom(run_total(M.HAZARDS, ("finding",)), legend("finding")),),
+            kind="stat",
+            unit="none",
+            decimals=0,
+            red_from=1,
+            width=16,
+            options=_STAT,
+        ),
+        G.Panel(
+            "Integrity mismatches",
+            "KV blocks whose content differed from what was written, over the runs in the "
+            "time range (the engine's own checks). Anything but 0 is corrupted KV.",
+            (G.Prom(run_total(M.KV_MISMATCHES), legend()),),
+            kind="stat",
+            unit="none",
+            decimals=0,
+            red_from=1,
+            width=8,
+            options=_STAT,
+        ),
+    ]
+
+
+def _requests() -> list[G.Panel]:
+    return [
+        G.Panel(
+            title,
+            f"{what}: quantiles over the requests finished in each interval.",
+            _quantiles(metric),
+            unit="s",
+            width=8,
+        )
+        for title, what, metric in (
+            ("Time to first token", "Arrival to first output token", M.TIME_TO_FIRST_TOKEN),
+            ("Time per output token", "Decode time per token after the first",
+             M.TIME_PER_OUTPUT_TOKEN),
+            ("Request latency", "Arrival to last token (end to end)", M.REQUEST_DURATION),
+        )
+    ]  # fmt: skip
+
+
 def _panels() -> list[tuple[str, list[G.Panel]]]:
     tokens = G.Prom(rate(M.GENERATED_TOKENS), legend())
     throughput = [
@@ -29,21 +145,7 @@ def _panels() -> list[tuple[str, list[G.Panel]]]:
             "Generated tokens per second, summed over DP ranks.",
             (tokens,),
             unit="suffix: tok/s",
-            width=16,
-        ),
-        G.Panel(
-            "Mean tokens/s by kv_lock",
-            "Mean throughput over the time range, one bar per lock mode.",
-            (tokens,),
-            kind="bargauge",
-            unit="suffix: tok/s",
-            width=8,
-            min=0,
-            options={
-                "orientation": "horizontal",
-                "displayMode": "basic",
-                "reduceOptions": {"calcs": ["mean"], "fields": "", "values": False},
-            },
+            width=24,
         ),
         G.Panel(
             "Step latency",
@@ -110,7 +212,14 @@ def _panels() -> list[tuple[str, list[G.Panel]]]:
             width=24,
         ),
     ]
-    return [("Throughput and latency", throughput), ("Swaps", swaps), ("Lock and probe", health)]
+    return [
+        ("Lock vs lockless", _at_a_glance(tokens)),
+        ("Safety", _safety()),
+        ("Throughput and step latency", throughput),
+        ("Requests", _requests()),
+        ("Swaps", swaps),
+        ("Lock and probe", health),
+    ]
 
 
 def build() -> dict:
@@ -118,7 +227,16 @@ def build() -> dict:
     variables = [
         G.datasource_variable("datasource", "prometheus", "Prometheus"),
         *filter_variables(PROM),
+        mode_variable("baseline", PROM, BASELINE),
+        mode_variable("candidate", PROM, CANDIDATE),
     ]
+    run_marks = G.Annotation(
+        "Runs",
+        active(M.RUN_ACTIVE),
+        title="run ({{kv_lock}})",
+        text="{{run}}",
+        tags=("kv_lock",),
+    )
     return G.dashboard(
         UID,
         "fdprof / Engine overview",
@@ -126,4 +244,5 @@ def build() -> dict:
         variables,
         G.layout(rows),
         links=[G.dashboards_link()],
+        annotations=[(run_marks, PROM)],
     )

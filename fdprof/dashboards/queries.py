@@ -26,15 +26,19 @@ class Query:
         return f"{self.dashboard} / {self.panel} / {self.ref}: {self.text}"
 
 
-def variable_values(dashboard: dict, window: str) -> dict[str, str]:
-    """What Grafana substitutes with every selector at "All" and textboxes at their default.
+def variable_values(dashboard: dict, window: str, range_: str | None = None) -> dict[str, str]:
+    """What Grafana substitutes with every multi-select at "All", single selects and textboxes
+    at their default.
 
-    ``window`` stands for ``$__rate_interval`` (and ``$__interval``/``$__range``).
+    ``window`` stands for ``$__rate_interval`` and ``$__interval``, ``range_`` (``window``
+    unless given) for ``$__range``, the dashboard's time range.
     """
-    values = {"__rate_interval": window, "__interval": window, "__range": window}
+    values = {"__rate_interval": window, "__interval": window, "__range": range_ or window}
     for var in dashboard["templating"]["list"]:
         if var["type"] == "query" and var.get("includeAll"):
             values[var["name"]] = var["allValue"]
+        elif var["type"] == "query":
+            values[var["name"]] = var["current"]["value"]
         elif var["type"] == "textbox":
             values[var["name"]] = var["query"]
     return values
@@ -50,10 +54,15 @@ def substitute(text: str, values: dict[str, str]) -> str:
     return _VARIABLE.sub(one, text)
 
 
-def queries(dashboard: dict, window: str = "30s") -> list[Query]:
-    """Every target of every panel, PromQL (``expr``) and TraceQL (``query``), substituted."""
-    values = variable_values(dashboard, window)
-    out = []
+def queries(dashboard: dict, window: str = "30s", range_: str | None = None) -> list[Query]:
+    """Every target of every panel, PromQL (``expr``) and TraceQL (``query``), and every
+    annotation's query (as panel ``annotation: NAME``), substituted."""
+    values = variable_values(dashboard, window, range_)
+    out = [
+        Query(dashboard["uid"], f"annotation: {a['name']}", a["target"]["refId"], "promql",
+              substitute(a["target"]["expr"], values))
+        for a in dashboard["annotations"]["list"]
+    ]  # fmt: skip
     for panel in dashboard["panels"]:
         for target in panel.get("targets", []):
             language, text = (

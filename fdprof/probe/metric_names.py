@@ -10,12 +10,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from fdprof import semconv as S
+
 
 @dataclass(frozen=True)
 class Metric:
     otel_name: str
     prom_name: str
-    kind: str  # "histogram" | "counter"
+    kind: str  # "histogram" | "counter" | "gauge"
     unit: str
     description: str
     labels: tuple[str, ...] = ()
@@ -89,6 +91,61 @@ DROPPED_RECORDS = Metric(
     ("sink",),
 )
 
+# Serving latencies per request, under OpenTelemetry's GenAI server metric names (the ones
+# engines' dashboards already use), from the engine's ``request`` spans
+REQUEST_DURATION = Metric(
+    "gen_ai.server.request.duration",
+    "gen_ai_server_request_duration_seconds",
+    "histogram",
+    "s",
+    "End-to-end request latency: arrival to last token",
+)
+TIME_TO_FIRST_TOKEN = Metric(
+    "gen_ai.server.time_to_first_token",
+    "gen_ai_server_time_to_first_token_seconds",
+    "histogram",
+    "s",
+    "Time from a request's arrival to its first output token",
+)
+TIME_PER_OUTPUT_TOKEN = Metric(
+    "gen_ai.server.time_per_output_token",
+    "gen_ai_server_time_per_output_token_seconds",
+    "histogram",
+    "s",
+    "Time per output token after the first (decode)",
+)
+# The run itself: which runs fed the series (annotations), and its safety verdict. ``run``
+# (the run directory) tells the runs of one mode apart, so totals over several runs add up
+# exactly instead of reading as one counter that reset.
+RUN_ACTIVE = Metric(
+    "fd.run.active",
+    "fd_run_active",
+    "gauge",
+    "{run}",
+    "1 while a run serves, 0 once it has ended",
+    ("run",),
+)
+KV_MISMATCHES = Metric(
+    "fd.kv.mismatches",
+    "fd_kv_mismatches_total",
+    "counter",
+    "{block}",
+    "KV blocks whose content did not match what was written (integrity checks)",
+    ("run",),
+)
+HAZARDS = Metric(
+    "fd.hazards",
+    "fd_hazards_total",
+    "counter",
+    "{finding}",
+    "The run's happens-before check at its end, by finding (see HAZARD_FINDINGS)",
+    ("run", "finding"),
+)
+#: ``finding`` values of :data:`HAZARDS`: races whose spans overlapped in time, latent races
+#: (unordered, but apart this run), accesses outside their block's lifetime, locks that did
+#: not exclude
+HAZARD_FINDINGS = ("race", "latent_race", "lifetime", "broken_lock")
+
 ALL: tuple[Metric, ...] = (
     SWAP_DURATION,
     EXECUTE_MODEL_DURATION,
@@ -99,6 +156,15 @@ ALL: tuple[Metric, ...] = (
     GENERATED_TOKENS,
     SWAPPED_BLOCKS,
     DROPPED_RECORDS,
+    REQUEST_DURATION,
+    TIME_TO_FIRST_TOKEN,
+    TIME_PER_OUTPUT_TOKEN,
+    RUN_ACTIVE,
+    KV_MISMATCHES,
+    HAZARDS,
 )
 #: labels on every series, from the process's resource
 COMMON_LABELS = ("kv_lock", "dp_rank", "role")
+#: values of a label known before any span: every counter starts at 0 for each of them, so a
+#: panel reads 0 rather than "no data" until something happens
+KNOWN_VALUES = {"direction": (S.TO_CPU, S.TO_GPU), "finding": HAZARD_FINDINGS}

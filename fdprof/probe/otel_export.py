@@ -16,10 +16,12 @@ any, in one warning line with the exporter's last complaint.
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
@@ -56,6 +58,11 @@ STATS_FILE = "otel-export.json"
 HEADER_WAIT_S = 5.0
 
 
+#: the run's safety check at its end: run directory → count per ``finding``
+#: (:data:`fdprof.probe.metric_names.HAZARD_FINDINGS`)
+RunCheck = Callable[[Path], dict[str, int]]
+
+
 class RunObserver(Protocol):
     def start(self, run_dir: Path, processes: list[dict]) -> None: ...
     def stop(self) -> None: ...
@@ -84,6 +91,7 @@ class OtelExportObserver:
         span_exporter: SpanExporter | None = None,
         metric_exporter_factory=None,
         prometheus_port: int | None = None,
+        check_run: RunCheck | None = None,
         poll_s: float = 0.2,
     ) -> None:
         self._config = probe_config
@@ -91,6 +99,7 @@ class OtelExportObserver:
         self._span_exporter = span_exporter
         self._metric_exporter_factory = metric_exporter_factory
         self._prom_port = prometheus_port
+        self._check_run = check_run
         self._poll_s = poll_s
         self._procs: list[_Process] = []
         self._offsets: dict[int, int] = {}
@@ -130,6 +139,7 @@ class OtelExportObserver:
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
+        self._close_run()
         delivery = self._sink.close() if self._sink is not None else Delivery(0, 0, None)
         self._count_drops(delivery.dropped)
         budget_s = self._settings.metric_timeout_ms / 1000
@@ -166,6 +176,23 @@ class OtelExportObserver:
                 delivery.spans,
                 delivery.reason,
             )
+
+    def _close_run(self) -> None:
+        """The run's own series, on its first engine process: the safety check's findings
+        (every record is in by now) and the run marked as ended."""
+        owner = self._drop_owner
+        if owner is None or owner.builder is None:
+            return
+        obs = [(M.RUN_ACTIVE, 0.0, owner.labels)]
+        if self._check_run is not None and self._run_dir is not None:
+            try:
+                counts = self._check_run(self._run_dir)
+            except Exception as exc:  # the metrics must not fail the run they describe
+                log.warning("the run's race check for its metrics failed: %s", exc)
+            else:
+                obs += [(M.HAZARDS, float(counts.get(finding, 0)), {**owner.labels,
+                         "finding": finding}) for finding in M.HAZARD_FINDINGS]  # fmt: skip
+        self._record(owner, obs)
 
     # -- tailing --
 
@@ -232,14 +259,30 @@ class OtelExportObserver:
             "kv_lock": str(attrs.get(S.KV_LOCK)),
             "dp_rank": str(attrs.get(S.DP_RANK)),
             "role": role,
+            "run": str(self._run_dir),
         }
         if self._metric_exporter_factory is not None:
             exporter = self._metric_exporter_factory()
             proc.metrics = OtelMetrics(resource, exporter, self._settings)
-        zeros = [(M.SWAP_OVERLAP, 0.0, proc.labels)]
-        if self._sink is not None and proc is self._drop_owner:
-            zeros.append((M.DROPPED_RECORDS, 0.0, {**proc.labels, "sink": "otlp"}))
-        self._record(proc, zeros)
+        self._record(proc, self._first_values(proc))
+
+    def _first_values(self, proc: _Process) -> list:
+        """Every counter at 0 for each label value known in advance; the run's own series
+        (marked active, its findings, spans dropped) on its first engine process only."""
+        run_wide = (M.HAZARDS, M.DROPPED_RECORDS)
+        obs = [
+            zero
+            for metric in M.ALL
+            if metric.kind == "counter" and metric not in run_wide
+            for zero in _zeros(metric, proc.labels)
+        ]
+        if proc is self._drop_owner:
+            obs.append((M.RUN_ACTIVE, 1.0, proc.labels))
+            if self._check_run is not None:
+                obs += _zeros(M.HAZARDS, proc.labels)
+            if self._sink is not None:
+                obs.append((M.DROPPED_RECORDS, 0.0, {**proc.labels, "sink": "otlp"}))
+        return obs
 
     def _emit(self, proc: _Process, data: SpanData) -> None:
         self.stats["spans_built"] = self.stats.get("spans_built", 0) + 1
@@ -259,9 +302,21 @@ class OtelExportObserver:
             self.prometheus.record(obs, span)
 
 
-def observers_for(probe_config: ProbeConfig) -> list[RunObserver]:
+def _zeros(metric: M.Metric, labels: dict[str, str]) -> list:
+    """``metric`` at 0 for every combination of its labels' known values."""
+    known = [name for name in metric.labels if name in M.KNOWN_VALUES]
+    return [
+        (metric, 0.0, {**labels, **dict(zip(known, values, strict=True))})
+        for values in itertools.product(*(M.KNOWN_VALUES[name] for name in known))
+    ]
+
+
+def observers_for(
+    probe_config: ProbeConfig, check_run: RunCheck | None = None
+) -> list[RunObserver]:
     """The observers ``fdprof run`` starts for ``--otlp-endpoint`` / ``OTEL_*`` and
-    ``--metrics-port``; an empty list when neither is asked for."""
+    ``--metrics-port``; an empty list when neither is asked for. ``check_run``, if given, is
+    the run's safety check, run once every record is in; its findings become ``fd.hazards``."""
     settings = env.otel(probe_config.otlp_endpoint)
     otlp = not settings.disabled and settings.traces.endpoint is not None
     if not otlp and probe_config.metrics_port is None:
@@ -280,5 +335,6 @@ def observers_for(probe_config: ProbeConfig) -> list[RunObserver]:
             span_exporter=spans,
             metric_exporter_factory=metric_factory,
             prometheus_port=probe_config.metrics_port,
+            check_run=check_run,
         )
     ]

@@ -4,9 +4,9 @@ process, carrying that process's resource) and a Prometheus scrape endpoint.
 Names and labels come from :mod:`fdprof.probe.metric_names`, shared with the dashboards.
 Every series carries ``kv_lock``, ``dp_rank`` and ``role`` as labels (``COMMON_LABELS``).
 Histogram observations carry the span they measured as an exemplar (``trace_id``,
-``span_id``), so a latency panel opens the very trace. Counters that may legitimately stay
-at zero for a whole run (overlap under the lock, dropped spans) are created at zero, so a
-dashboard shows 0 rather than "no data".
+``span_id``), so a latency panel opens the very trace. The exporter
+(:mod:`fdprof.probe.otel_export`) creates every counter at zero when a process's records open,
+so a dashboard shows 0 rather than "no data" for what has not happened (yet).
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from __future__ import annotations
 import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
+from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, make_server
 
 from opentelemetry import context as otel_context
@@ -31,7 +32,7 @@ from fdprof.probe import metric_names as M
 from fdprof.settings import OtelSettings
 
 #: histogram buckets in seconds, shared by both exports so their quantiles agree
-BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0)
+BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
 _NS = 1e-9
 #: execute_model/swap intervals kept per DP rank for the overlap counter
 _OVERLAP_WINDOW = 512
@@ -43,6 +44,16 @@ def observations(span: ReadableSpan, labels: dict[str, str]) -> list[Observation
     """What one finished span adds to the metrics."""
     attrs = span.attributes or {}
     seconds = (span.end_time - span.start_time) * _NS
+    out = _by_name(span, attrs, seconds, labels)
+    mismatches = attrs.get(S.KV_MISMATCHES)
+    if mismatches:  # an integrity check, whatever span ran it
+        out.append((M.KV_MISMATCHES, float(len(mismatches)), labels))
+    return out
+
+
+def _by_name(
+    span: ReadableSpan, attrs: Any, seconds: float, labels: dict[str, str]
+) -> list[Observation]:
     if span.name == S.SWAP:
         direction = str(attrs.get(S.SWAP_DIRECTION, "unknown"))
         blocks = attrs.get(S.SWAP_BLOCKS)
@@ -64,7 +75,25 @@ def observations(span: ReadableSpan, labels: dict[str, str]) -> list[Observation
         return [(M.LOCK_WAIT, seconds, {**labels, "holder": holder})]
     if span.name == S.STEP:
         return [(M.STEP_DURATION, seconds, labels)]
+    if span.name == S.REQUEST:
+        return _request_latencies(span, attrs, seconds, labels)
     return []
+
+
+def _request_latencies(
+    span: ReadableSpan, attrs: Any, seconds: float, labels: dict[str, str]
+) -> list[Observation]:
+    """End-to-end latency; time to first token and per output token where the span says when
+    its first token came (``fd.first_token_ns``, on the same epoch clock as the span)."""
+    out: list[Observation] = [(M.REQUEST_DURATION, seconds, labels)]
+    first = attrs.get(S.FIRST_TOKEN_NS)
+    if not isinstance(first, int) or not span.start_time <= first <= span.end_time:
+        return out
+    out.append((M.TIME_TO_FIRST_TOKEN, (first - span.start_time) * _NS, labels))
+    decode = attrs.get(S.OUTPUT_TOKENS)
+    if isinstance(decode, int) and decode > 1:
+        out.append((M.TIME_PER_OUTPUT_TOKEN, (span.end_time - first) * _NS / (decode - 1), labels))
+    return out
 
 
 class Overlap:
@@ -86,6 +115,12 @@ class Overlap:
         overlap = sum(max(0, min(t1, b) - max(t0, a)) for a, b in other.get(dp_rank, ()))
         mine.setdefault(dp_rank, deque(maxlen=_OVERLAP_WINDOW)).append((t0, t1))
         return overlap * _NS
+
+
+def _label_names(metric: M.Metric) -> tuple[str, ...]:
+    """The labels ``metric``'s series carry, in both exports: the common ones and its own
+    (an observation's other keys, such as ``run`` on a per-span metric, are left off)."""
+    return (*M.COMMON_LABELS, *metric.labels)
 
 
 def _views() -> list[View]:
@@ -116,11 +151,14 @@ class OtelMetrics:
         meter = self.provider.get_meter("fdprof.probe")
         self._instruments = {}
         for m in M.ALL:
-            if m.kind == "histogram":
-                inst = meter.create_histogram(m.otel_name, unit=m.unit, description=m.description)
-            else:
-                inst = meter.create_counter(m.otel_name, unit=m.unit, description=m.description)
-            self._instruments[m.otel_name] = inst
+            create = {
+                "histogram": meter.create_histogram,
+                "counter": meter.create_counter,
+                "gauge": meter.create_gauge,
+            }[m.kind]
+            self._instruments[m.otel_name] = create(
+                m.otel_name, unit=m.unit, description=m.description
+            )
 
     def record(self, obs: Iterable[Observation], span: SpanContext | None = None) -> None:
         """Record ``obs``; with ``span``, its histograms get the span as exemplar (the SDK
@@ -132,10 +170,13 @@ class OtelMetrics:
         try:
             for metric, value, labels in obs:
                 inst = self._instruments[metric.otel_name]
-                if metric.kind == "histogram":
-                    inst.record(value, labels)
+                attributes = {name: labels.get(name, "") for name in _label_names(metric)}
+                if metric.kind == "counter":
+                    inst.add(value, attributes)
+                elif metric.kind == "gauge":
+                    inst.set(value, attributes)
                 else:
-                    inst.add(value, labels)
+                    inst.record(value, attributes)
         finally:
             if token is not None:
                 otel_context.detach(token)
@@ -155,11 +196,13 @@ class PromMetrics:
         self.registry = pc.CollectorRegistry(auto_describe=True)
         self._metrics = {}
         for m in M.ALL:
-            labels = (*M.COMMON_LABELS, *m.labels)
+            labels = _label_names(m)
             if m.kind == "histogram":
                 metric = pc.Histogram(
                     m.prom_name, m.description, labels, registry=self.registry, buckets=BUCKETS
                 )
+            elif m.kind == "gauge":
+                metric = pc.Gauge(m.prom_name, m.description, labels, registry=self.registry)
             else:
                 metric = pc.Counter(m.prom_name, m.description, labels, registry=self.registry)
             self._metrics[m.otel_name] = (metric, labels)
@@ -196,6 +239,8 @@ class PromMetrics:
             child = prom.labels(*(labels.get(n, "") for n in names))
             if metric.kind == "histogram":
                 child.observe(value, exemplar)
+            elif metric.kind == "gauge":
+                child.set(value)
             else:
                 child.inc(value)
 

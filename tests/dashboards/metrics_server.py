@@ -13,7 +13,7 @@ import random
 import sys
 import time
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
 from fdprof.probe import metric_names as M
 
@@ -28,21 +28,25 @@ ROLES = {
     M.GENERATED_TOKENS: ("engine", {}),
     M.SWAPPED_BLOCKS: ("transfer", {"direction": ("to_cpu", "to_gpu")}),
     M.DROPPED_RECORDS: ("engine", {"sink": ("otlp",)}),
+    M.REQUEST_DURATION: ("engine", {}),
+    M.TIME_TO_FIRST_TOKEN: ("engine", {}),
+    M.TIME_PER_OUTPUT_TOKEN: ("engine", {}),
+    M.RUN_ACTIVE: ("engine", {"run": ("out/run",)}),
+    M.KV_MISMATCHES: ("worker", {"run": ("out/run",)}),
+    M.HAZARDS: ("engine", {"run": ("out/run",), "finding": M.HAZARD_FINDINGS}),
 }
+#: counts that stay at 0 in a correct run
+ZERO = (M.DROPPED_RECORDS, M.KV_MISMATCHES, M.HAZARDS)
+KIND = {"histogram": Histogram, "counter": Counter, "gauge": Gauge}
 
 
 def build(registry: CollectorRegistry) -> dict:
     instruments = {}
     for metric in M.ALL:
         names = (*M.COMMON_LABELS, *metric.labels)
-        if metric.kind == "histogram":
-            instruments[metric] = Histogram(
-                metric.prom_name, metric.description, names, registry=registry
-            )
-        else:
-            instruments[metric] = Counter(
-                metric.prom_name, metric.description, names, registry=registry
-            )
+        instruments[metric] = KIND[metric.kind](
+            metric.prom_name, metric.description, names, registry=registry
+        )
     return instruments
 
 
@@ -55,7 +59,9 @@ def tick(instruments: dict, rng: random.Random) -> None:
                 if metric.kind == "histogram":
                     trace_id = f"{rng.getrandbits(128):032x}"
                     child.observe(rng.expovariate(200.0), exemplar={"trace_id": trace_id})
-                elif metric is not M.DROPPED_RECORDS:
+                elif metric.kind == "gauge":
+                    child.set(1)
+                elif metric not in ZERO:
                     child.inc(rng.randint(1, 8))
                 else:
                     child.inc(0)

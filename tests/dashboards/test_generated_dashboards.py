@@ -83,16 +83,24 @@ def test_panels_have_units_unique_ids_and_no_overlap(name):
 
 def test_promql_conventions():
     promql = [
-        q for d in ALL.values() for q in queries(d, "$__rate_interval") if q.language == "promql"
+        q
+        for d in ALL.values()
+        for q in queries(d, "$__rate_interval", "$__range")
+        if q.language == "promql"
     ]
     assert promql
     for query in promql:
         for window in re.findall(r"\[([^\]]+)\]", query.text):
-            assert window == "$__rate_interval", query
+            # rates over the rate interval; totals and means over the dashboard's range
+            assert window in ("$__rate_interval", "$__range", "$__range:"), query
         if "histogram_quantile" in query.text:
             assert "_bucket{" in query.text and "le)" in query.text, query
-        groups = re.findall(r"sum by \(([^)]*)\)", query.text)
-        assert groups and all("kv_lock" in g for g in groups), f"not split by kv_lock: {query}"
+        groups = re.findall(r"(?:sum|max|count) by \(([^)]*)\)", query.text)
+        if "$candidate" in query.panel:  # the one comparison: each side pinned to one mode
+            modes = re.findall(r'kv_lock=~"([^"]*)"', query.text)
+            assert modes == [overview.CANDIDATE, overview.BASELINE], query
+        else:
+            assert groups and all("kv_lock" in g for g in groups), f"not split by kv_lock: {query}"
 
 
 def test_every_probe_metric_has_a_panel():
@@ -120,6 +128,27 @@ def test_traces_dashboard_searches_tempo_and_links_exemplars():
         t for p in dashboard["panels"] for t in p.get("targets", []) if t.get("exemplar")
     ]
     assert exemplar_targets
+
+
+def test_overview_answers_lock_vs_lockless_at_a_glance():
+    dashboard = ALL[f"{overview.UID}.json"]
+    rows = [p["title"] for p in dashboard["panels"] if p["type"] == "row"]
+    assert rows[:2] == ["Lock vs lockless", "Safety"] and "Requests" in rows
+    by_title = {p["title"]: p for p in dashboard["panels"]}
+    ratio = by_title["Throughput, $candidate over $baseline"]
+    assert ratio["type"] == "stat" and M.GENERATED_TOKENS.prom_name in ratio["targets"][0]["expr"]
+    modes = {v["name"]: v for v in dashboard["templating"]["list"]}
+    assert modes["baseline"]["current"]["value"] == "ipc"
+    assert modes["candidate"]["current"]["value"] == "none"
+    for title in ("Races and lifetime violations", "Integrity mismatches"):
+        steps = by_title[title]["fieldConfig"]["defaults"]["thresholds"]["steps"]
+        assert steps == [{"color": "green", "value": None}, {"color": "red", "value": 1}]
+    for title in ("Time to first token", "Time per output token", "Request latency"):
+        assert by_title[title]["fieldConfig"]["defaults"]["unit"] == "s"
+    (runs,) = dashboard["annotations"]["list"]
+    assert M.RUN_ACTIVE.prom_name in runs["target"]["expr"] and runs["textFormat"] == "{{run}}"
+    ratio_query = next(q for q in queries(dashboard, "1m", "1h") if q.panel == ratio["title"])
+    assert "[1h:]" in ratio_query.text and 'kv_lock=~"none"' in ratio_query.text
 
 
 def test_substitute_rejects_an_unknown_variable():

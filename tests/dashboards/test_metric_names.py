@@ -37,4 +37,6 @@ def test_names_are_unique_and_labels_do_not_clash():
     assert len({m.prom_name for m in M.ALL}) == len(M.ALL)
     for metric in M.ALL:
         assert not set(metric.labels) & set(M.COMMON_LABELS), metric.prom_name
-        assert metric.kind in ("histogram", "counter")
+        assert metric.kind in ("histogram", "counter", "gauge")
+    for label, values in M.KNOWN_VALUES.items():
+        assert values and any(label in m.labels for m in M.ALL), label

@@ -107,6 +107,21 @@ class Receiver:
             for m in sm.metrics
         }
 
+    def last_values(self, name: str) -> dict[tuple, float]:
+        """The latest value of a sum or gauge metric, per attribute set (sorted pairs)."""
+        out = {}
+        for req in self.metrics:
+            for rm in req.resource_metrics:
+                for sm in rm.scope_metrics:
+                    for m in sm.metrics:
+                        if m.name != name:
+                            continue
+                        data = m.sum if m.HasField("sum") else m.gauge
+                        for point in data.data_points:
+                            key = tuple(sorted((a.key, _value(a.value)) for a in point.attributes))
+                            out[key] = getattr(point, point.WhichOneof("value"))
+        return out
+
 
 def canonical(received: list[tuple[dict, object]]) -> set[tuple]:
     """Every received span as one hashable tuple of all it says: ids, parent, kind, flags,

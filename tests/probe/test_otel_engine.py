@@ -9,6 +9,7 @@ import pytest
 from engine_runs import fdprof_run
 from otlp_receiver import Receiver, attrs, canonical
 
+from fdprof.analysis.hazards import find_hazards
 from fdprof.probe.otel_export import STATS_FILE
 from fdprof.trace import load
 from fdprof.trace.export import export
@@ -23,6 +24,9 @@ def test_engine_spans_and_metrics_reach_a_real_receiver(tmp_path, monkeypatch):
         spans = rx.spans()
         live = canonical(rx.scoped_spans())
         metric_names = rx.metric_names()
+        hazards = rx.last_values("fd.hazards")
+        mismatches = rx.last_values("fd.kv.mismatches")
+        active = rx.last_values("fd.run.active")
     with Receiver() as rx:  # the replay of the run's records sends the very same spans
         export(load(tmp_path / "run"), rx.endpoint)
         assert canonical(rx.scoped_spans()) == live
@@ -54,5 +58,16 @@ def test_engine_spans_and_metrics_reach_a_real_receiver(tmp_path, monkeypatch):
         assert all(by_id[lk.span_id].trace_id == lk.trace_id for lk in linked)
     assert {"fd.swap.duration", "fd.execute_model.duration", "fd.step.duration"} <= metric_names
     assert {"fd.generated_tokens", "fd.swapped_blocks", "fd.lock.wait"} <= metric_names
+    assert {"gen_ai.server.time_to_first_token", "gen_ai.server.time_per_output_token",
+            "gen_ai.server.request.duration"} <= metric_names  # fmt: skip
+    # the run's safety at its end, on the run's own series: a correct run races nowhere; the
+    # ipc lock's failures to exclude (threads of one process share it) are counted as found
+    run = str((tmp_path / "run").resolve())
+    broken = len(find_hazards(load(tmp_path / "run")).broken_locks)
+    assert {dict(k)["finding"]: v for k, v in hazards.items()} == {
+        "race": 0, "latent_race": 0, "lifetime": 0, "broken_lock": broken}  # fmt: skip
+    assert all(dict(k)["run"] == run for k in [*hazards, *mismatches, *active])
+    assert sum(mismatches.values()) == results["integrity"]["mismatches"] == 0
+    assert list(active.values()) == [0]  # the run has ended
     stats = json.loads((tmp_path / "run" / STATS_FILE).read_text())
     assert stats["spans_dropped"] == 0 and stats["spans_exported"] == len(spans)

@@ -1,0 +1,21 @@
+"""The run's own safety verdict, for its metrics: the happens-before check of ``fdprof
+hazards`` over the run's records once they are all in, as counts per finding, so a dashboard's
+safety row shows what ``fdprof hazards RUN_DIR`` would say of the very same run."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def hazard_counts(run_dir: Path) -> dict[str, int]:
+    """Finding (``fdprof.probe.metric_names.HAZARD_FINDINGS``) → count, for ``run_dir``."""
+    from fdprof.analysis.hazards import find_hazards
+    from fdprof.trace import load
+
+    counts = find_hazards(load(run_dir)).counts
+    return {
+        "race": counts["overlaps"],
+        "latent_race": counts["latent"],
+        "lifetime": counts["lifetime"],
+        "broken_lock": counts["broken_locks"],
+    }
