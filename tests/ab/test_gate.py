@@ -90,10 +90,13 @@ def test_fault_ab_exits_1_with_unsafe_on_top_of_every_report(fault_ab):
     body = html.split("<body>", 1)[1]
     assert body.startswith("<div class='verdict alarm' id='verdict'><b>UNSAFE, ")
     assert f"<li>{KIND}" in body.split("</div>")[0]
-    verdict = json.loads((out / "ab.json").read_text())["verdict"]
+    data = json.loads((out / "ab.json").read_text())
+    verdict = data["verdict"]
     assert verdict["safety"] == "UNSAFE" and verdict["exit_code"] == 1
     assert verdict["unsafe_runs"] and all("#" in run for run in verdict["unsafe_runs"])
     assert sum(verdict["races"].values()) > 0
+    # the lock orders none of those pairs: WCP has nothing to add to the observed races
+    assert data["baseline"]["hazards"]["predicted"] == 0
 
 
 def test_require_gain_must_be_a_positive_number(tmp_path):
