@@ -22,6 +22,19 @@ def test_help_lists_commands():
     assert "usage: fdprof" in result.stdout
 
 
+def test_ab_help_lists_every_exit_code():
+    """A gate's caller branches on the code: ``ab --help`` says what each of 0-3 means, and
+    which wins when several apply."""
+    result = run_fdprof("ab", "--help")
+    assert result.returncode == 0
+    codes = result.stdout.split("\nexit codes:\n", 1)[1].split("\n\n", 1)[0]
+    starts = [line.split("  ")[1] for line in codes.splitlines() if line[2:3].isdigit()]
+    assert starts == ["0", "1", "2", "3"]
+    for text in ("0  safe:", "1  unsafe:", "2  bad input", "3  --require-gain X not met",
+                 "2 > 1 > 3 > 0"):  # fmt: skip
+        assert text in codes, text
+
+
 def test_every_option_of_every_command_says_what_it_does():
     (commands,) = [a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)]
     assert {"ab", "run", "diff", "hazards", "convert", "export-otlp"} <= set(commands.choices)

@@ -93,3 +93,13 @@ def test_run_says_it_is_lockless_by_default():
     assert "none: lockless (default" in kv_lock.help
     assert "[--kv-lock {ipc,ipc-per-thread,none}=none]" in synopsis()["run"]
     assert "runs the **lockless** engine unless told otherwise" in README.read_text()
+
+
+def test_the_readme_lists_ab_exit_codes():
+    """The README's exit codes are ``ab --help``'s: 1 unsafe, 2 bad input or a crashed run, 3 a
+    ``--require-gain`` not met."""
+    text = " ".join(README.read_text().split())
+    codes = text.split("Exit codes, the same for every command: ", 1)[1].split(" 70 ", 1)[0]
+    for want in ("0 ok/clean;", "1 races,", "corrupted KV blocks (`hazards`, `ab`,",
+                 "2 bad input or a crashed run;", "3 `ab --require-gain X` not met"):  # fmt: skip
+        assert want in codes, want

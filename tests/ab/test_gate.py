@@ -69,20 +69,34 @@ def fault_ab(tmp_path_factory):
     return out, result
 
 
+KIND = "execute_model (worker) read / swap (transfer) write: "
+
+
 @pytest.mark.slow
 def test_fault_ab_exits_1_with_unsafe_on_top_of_every_report(fault_ab):
+    """UNSAFE is the first line everywhere, the race kinds right under it (before the title),
+    and the HTML verdict is red: a reader sees why before any table."""
     out, result = fault_ab
     assert result.returncode == 1, result.stderr
     assert result.stdout.startswith("UNSAFE, ")
-    assert (out / "report.md").read_text().startswith("**UNSAFE, ")
+    head = result.stdout.split("\nfdprof A/B: ", 1)[0].splitlines()
+    assert any(line.startswith("  - " + KIND) for line in head[1:]), head
+    md = (out / "report.md").read_text()
+    assert md.startswith("**UNSAFE, ")
+    assert f"\n- {KIND}" in md.split("\n# ", 1)[0]
     html = (out / "report.html").read_text()
+    alarm = html.split(".verdict.alarm{", 1)[1].split("}", 1)[0]
+    assert "color:#b00020" in alarm and "border:2px solid #b00020" in alarm  # red
     body = html.split("<body>", 1)[1]
     assert body.startswith("<div class='verdict alarm' id='verdict'><b>UNSAFE, ")
-    assert "execute_model (worker) read / swap (transfer) write" in body.split("</div>")[0]
-    verdict = json.loads((out / "ab.json").read_text())["verdict"]
+    assert f"<li>{KIND}" in body.split("</div>")[0]
+    data = json.loads((out / "ab.json").read_text())
+    verdict = data["verdict"]
     assert verdict["safety"] == "UNSAFE" and verdict["exit_code"] == 1
     assert verdict["unsafe_runs"] and all("#" in run for run in verdict["unsafe_runs"])
     assert sum(verdict["races"].values()) > 0
+    # the lock orders none of those pairs: WCP has nothing to add to the observed races
+    assert data["baseline"]["hazards"]["predicted"] == 0
 
 
 def test_require_gain_must_be_a_positive_number(tmp_path):

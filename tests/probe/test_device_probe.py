@@ -223,7 +223,8 @@ def test_a_lock_around_the_launch_does_not_cover_the_kernel(recorded, sync_befor
     work the call only queues the kernel: the transfer thread takes the lock next and reads
     the block the kernel is still writing. The detector says so (and the what-if agrees: the
     lock never ordered that pair); synchronising the stream before unlocking orders it, and
-    then the what-if says the lock is what does."""
+    then the what-if says the lock is what does. ``--predict`` predicts nothing more."""
+    from fdprof.analysis.predict import predict_races
     from fdprof.analysis.whatif import what_if_drop_lock
 
     p, dev, finish = recorded
@@ -270,3 +271,8 @@ def test_a_lock_around_the_launch_does_not_cover_the_kernel(recorded, sync_befor
     else:
         assert pairs(what_if.with_lock.races) == pair  # the lock covered the launch only
         assert pairs(what_if.without_lock.races) == pair and what_if.newly_unordered.empty
+    # WCP on device lanes: the kernel inside the synchronised hold conflicts with the swap's
+    # read, so the lock's edge stays; unsynchronised, the one pair is already an observed race
+    predicted = predict_races(trace)
+    assert pairs(predicted.races) == pairs(what_if.with_lock.races)
+    assert predicted.predicted.empty and predicted.counts["predicted"] == 0

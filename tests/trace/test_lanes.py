@@ -11,6 +11,7 @@ from shared_data import DATA
 
 from fdprof import semconv as S
 from fdprof.analysis.hazards import find_hazards
+from fdprof.cli import main
 from fdprof.trace import load, save
 from fdprof.trace.assemble import assemble
 from fdprof.trace.attrs import AttrsBuilder
@@ -147,6 +148,20 @@ def test_kernel_is_ordered_after_its_launch(tmp_path, flow_end_ts):
     # and it survives a conversion to Perfetto JSON and back
     save(trace, tmp_path / "out.json")
     assert find_hazards(load(tmp_path / "out.json")).races.empty
+
+
+@pytest.mark.parametrize(("flow_end_ts", "races"), [(20, 0), (25, 0), (None, 1)])
+def test_hazards_predict_finds_nothing_across_a_launch_flow(tmp_path, capsys, flow_end_ts, races):
+    """A launch flow is a hard edge (a kernel cannot start before its launch), not a lock's
+    chance order: ``hazards --predict`` predicts no race, before and after a round trip;
+    without the flow the race is an observed one (exit 1), not a predicted one."""
+    path = tmp_path / "pt.json"
+    path.write_text(json.dumps(_pytorch_trace(flow_end_ts)))
+    save(load(path), tmp_path / "out.json")
+    for trace in (path, tmp_path / "out.json"):
+        assert main(["hazards", str(trace), "--predict", "--json"]) == races
+        counts = json.loads(capsys.readouterr().out)["counts"]
+        assert (counts["races"], counts["predicted"]) == (races, 0)
 
 
 def test_without_the_flow_the_same_accesses_race(tmp_path):
