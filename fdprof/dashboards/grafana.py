@@ -32,30 +32,23 @@ def datasource_variable(name: str, kind: str, label: str) -> dict:
     }
 
 
-def label_variable(name: str, label: str, datasource: dict, metric: str, label_name: str) -> dict:
-    """A multi-select variable over one label's values; "All" is the regex ``.*``."""
-    return {
-        "name": name,
-        "label": label,
-        "type": "query",
-        "datasource": datasource,
-        "query": f"label_values({metric}, {label_name})",
-        "refresh": 2,
-        "multi": True,
-        "includeAll": True,
-        "allValue": ".*",
-        "current": {"selected": True, "text": ["All"], "value": ["$__all"]},
-        "options": [],
-        "sort": 1,
-        "hide": 0,
-        "regex": "",
-    }
-
-
-def choice_variable(
-    name: str, label: str, datasource: dict, metric: str, label_name: str, default: str
+def label_variable(
+    name: str,
+    label: str,
+    datasource: dict,
+    metric: str,
+    label_name: str,
+    default: str | None = None,
 ) -> dict:
-    """A single-select variable over one label's values (one lock mode, say), at ``default``."""
+    """A variable over one label's values: multi-select with "All" (the regex ``.*``), or with
+    a ``default``, a single select at that value (one lock mode, say)."""
+    choice = (
+        {"multi": True, "includeAll": True, "allValue": ".*",
+         "current": {"selected": True, "text": ["All"], "value": ["$__all"]}}
+        if default is None
+        else {"multi": False, "includeAll": False,
+              "current": {"selected": True, "text": default, "value": default}}
+    )  # fmt: skip
     return {
         "name": name,
         "label": label,
@@ -63,9 +56,7 @@ def choice_variable(
         "datasource": datasource,
         "query": f"label_values({metric}, {label_name})",
         "refresh": 2,
-        "multi": False,
-        "includeAll": False,
-        "current": {"selected": True, "text": default, "value": default},
+        **choice,
         "options": [],
         "sort": 1,
         "hide": 0,

@@ -46,6 +46,12 @@ _STAT = {
 }
 
 
+def _count(title: str, description: str, target: G.Prom, width: int, red: bool) -> G.Panel:
+    """A stat of whole counts; ``red``: anything from 1 up is an alarm."""
+    return G.Panel(title, description, (target,), kind="stat", unit="none", decimals=0,
+                   red_from=1 if red else None, width=width, options=_STAT)  # fmt: skip
+
+
 def _at_a_glance(tokens: G.Prom) -> list[G.Panel]:
     return [
         G.Panel(
@@ -60,15 +66,12 @@ def _at_a_glance(tokens: G.Prom) -> list[G.Panel]:
             width=6,
             options={**_STAT, "textMode": "value"},
         ),
-        G.Panel(
+        _count(
             "Runs by kv_lock",
             "Runs that served within the time range, per lock mode: how much the ratio rests on.",
-            (G.Prom(runs(M.RUN_ACTIVE), legend()),),
-            kind="stat",
-            unit="none",
-            decimals=0,
+            G.Prom(runs(M.RUN_ACTIVE), legend()),
             width=6,
-            options=_STAT,
+            red=False,
         ),
         G.Panel(
             "Mean tokens/s by kv_lock",
@@ -89,32 +92,24 @@ def _at_a_glance(tokens: G.Prom) -> list[G.Panel]:
 
 def _safety() -> list[G.Panel]:
     return [
-        G.Panel(
+        _count(
             "Races and lifetime violations",
             "What fdprof hazards finds in each run's records at its end, summed over the runs "
             "in the time range: races (overlapped / latent), accesses outside a block's "
             "lifetime, locks that did not exclude. Anything but 0 is a bug; broken_lock on the "
             "ipc baseline is FastDeploy's own (threads of one process share the lock), and "
             "races there are judged without that lock's edges.",
-            (G.Prom(run_total(M.HAZARDS, ("finding",)), legend("finding")),),
-            kind="stat",
-            unit="none",
-            decimals=0,
-            red_from=1,
+            G.Prom(run_total(M.HAZARDS, ("finding",)), legend("finding")),
             width=16,
-            options=_STAT,
+            red=True,
         ),
-        G.Panel(
+        _count(
             "Integrity mismatches",
             "KV blocks whose content differed from what was written, over the runs in the "
             "time range (the engine's own checks). Anything but 0 is corrupted KV.",
-            (G.Prom(run_total(M.KV_MISMATCHES), legend()),),
-            kind="stat",
-            unit="none",
-            decimals=0,
-            red_from=1,
+            G.Prom(run_total(M.KV_MISMATCHES), legend()),
             width=8,
-            options=_STAT,
+            red=True,
         ),
     ]
 

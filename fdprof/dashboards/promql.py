@@ -49,7 +49,7 @@ def filter_variables(datasource: dict) -> list[dict]:
 
 def mode_variable(name: str, datasource: dict, default: str) -> dict:
     """A single-select variable over the lock modes (``kv_lock`` values), for :func:`mode_ratio`."""
-    return G.choice_variable(name, name, datasource, _VALUES_FROM, "kv_lock", default)
+    return G.label_variable(name, name, datasource, _VALUES_FROM, "kv_lock", default)
 
 
 def selector(metric: Metric, suffix: str = "", mode: str | None = None) -> str:
