@@ -25,7 +25,8 @@ def figure(chart: Chart) -> dict[str, Any]:
     if chart.log_x:
         x_axis |= _log_axis([x for s in chart.series for x in s.x])
     if chart.log_y:
-        y_axis |= _log_axis(_y_extent(chart))
+        reference = [] if chart.reference_y is None else [chart.reference_y]
+        y_axis |= _log_axis(_y_extent(chart) + reference)
     if chart.integer_x:
         x_axis |= {"tick0": 0, "dtick": 1, "tickformat": "d"}
     hbar = any(s.style == "hbar" for s in chart.series)
@@ -58,15 +59,32 @@ def _y_extent(chart: Chart) -> list[float]:
 
 
 def _log_axis(values: list[float]) -> dict[str, Any]:
-    """A log axis with 1-2-5 ticks labelled in full (0.5, 1, 2, 5, 10, ...), not plotly's
-    bare "2" and "5" between decades."""
+    """A log axis over ``values`` with a margin, so no marker sits on its edge, and ticks
+    labelled in full: 1-2-5 per decade (0.5, 1, 2, 5, 10, ...) where the values span a factor
+    of 4 or more, else evenly spaced 1-2-5 steps (0.9, 1, 1.1, ...), where a decade's ticks
+    would leave one label or none."""
     positive = [float(v) for v in values if v is not None and float(v) > 0]
     if not positive:
         return {"type": "log"}
-    lo, hi = math.floor(math.log10(min(positive))), math.ceil(math.log10(max(positive)))
-    ticks = [m * 10.0**k for k in range(lo - 1, hi + 1) for m in (1, 2, 5)]
-    ticks = [t for t in ticks if min(positive) / 2 <= t <= max(positive) * 2]
-    return {"type": "log", "tickvals": ticks, "ticktext": [f"{t:g}" for t in ticks]}
+    low, high = min(positive), max(positive)
+    margin = max(0.08 * math.log10(high / low), 0.02)
+    shown = (math.log10(low) - margin, math.log10(high) + margin)
+    bottom, top = 10 ** shown[0], 10 ** shown[1]
+    if high / low >= 4:
+        decades = range(math.floor(shown[0]) - 1, math.ceil(shown[1]) + 1)
+        ticks = [m * 10.0**k for k in decades for m in (1, 2, 5)]
+    else:
+        step = _nice_step((top - bottom) / 6)
+        ticks = [k * step for k in range(math.ceil(bottom / step), math.floor(top / step) + 1)]
+    ticks = [round(t, 12) for t in ticks if bottom <= t <= top]
+    return {"type": "log", "range": list(shown), "tickvals": ticks,
+            "ticktext": [f"{t:g}" for t in ticks]}  # fmt: skip
+
+
+def _nice_step(rough: float) -> float:
+    """The smallest 1, 2 or 5 times a power of ten at least ``rough``."""
+    power = 10.0 ** math.floor(math.log10(rough))
+    return next(m * power for m in (1, 2, 5, 10) if m * power >= rough)
 
 
 def _lanes(chart: Chart) -> int:
