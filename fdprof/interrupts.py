@@ -44,6 +44,15 @@ def describe(exc: KeyboardInterrupt) -> str:
 
 #: signals that arrived while they were only noted (oldest first)
 _noted: list[int] = []
+#: whether an interrupt has been raised since the innermost :func:`handled` began
+_interrupted = False
+
+
+def interrupted() -> bool:
+    """Whether the command is being interrupted (Ctrl-C or SIGTERM raised in this
+    :func:`handled` block): a cleanup then skips what is only worth doing after a run that
+    ended, so the command exits promptly."""
+    return _interrupted
 
 
 def _note(signum: int, frame) -> None:
@@ -57,6 +66,8 @@ def _raise(signum: int) -> None:
 def _interrupt(signum: int, frame) -> None:
     """The first Ctrl-C or SIGTERM: later ones are only noted, then the exception is raised
     (the cleanup it sets off is never interrupted itself)."""
+    global _interrupted
+    _interrupted = True
     for sig in SIGNALS:
         signal.signal(sig, _note)
     _raise(signum)
@@ -72,9 +83,11 @@ def handled() -> Iterator[None]:
     :class:`Terminated`, once; the handlers before are put back after it unless one fired (the
     process is then on its way out with 130 or 143, and a late signal must not turn that into a
     death by signal). Outside the main thread, where signals cannot be handled, it does nothing."""
+    global _interrupted
     if not _main_thread():
         yield
         return
+    _interrupted = False
     saved = {sig: signal.getsignal(sig) for sig in SIGNALS}
     for sig in SIGNALS:
         signal.signal(sig, _interrupt)

@@ -29,7 +29,7 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace.export import SpanExporter
 from opentelemetry.trace import SpanContext
 
-from fdprof import files
+from fdprof import files, interrupts
 from fdprof import semconv as S
 from fdprof import settings as env
 from fdprof.probe import metric_names as M
@@ -179,12 +179,14 @@ class OtelExportObserver:
 
     def _close_run(self) -> None:
         """The run's own series, on its first engine process: the safety check's findings
-        (every record is in by now) and the run marked as ended."""
+        (every record is in by now; not on Ctrl-C or SIGTERM, which must end the command
+        promptly) and the run marked as ended."""
         owner = self._drop_owner
         if owner is None or owner.builder is None:
             return
         obs = [(M.RUN_ACTIVE, 0.0, owner.labels)]
-        if self._check_run is not None and self._run_dir is not None:
+        check = self._check_run is not None and self._run_dir is not None
+        if check and not interrupts.interrupted():
             try:
                 counts = self._check_run(self._run_dir)
             except Exception as exc:  # the metrics must not fail the run they describe

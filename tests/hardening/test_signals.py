@@ -208,6 +208,31 @@ def test_a_signal_during_a_shielded_cleanup_is_raised_after_it():
     assert result.stdout.split() == ["cleaned", "143"]
 
 
+INTERRUPTED = """
+import os, signal
+from fdprof import interrupts
+seen = []
+for kill in (True, False):
+    try:
+        with interrupts.handled():
+            seen.append(interrupts.interrupted())
+            if kill:
+                os.kill(os.getpid(), signal.SIGTERM)
+    except KeyboardInterrupt:
+        pass
+    seen.append(interrupts.interrupted())
+print(seen)
+"""
+
+
+def test_a_cleanup_can_tell_it_runs_for_an_interrupt():
+    """What the metrics' end-of-run race check reads to stay out of an interrupted exit."""
+    result = subprocess.run([sys.executable, "-c", INTERRUPTED], capture_output=True,
+                            text=True, timeout=60, cwd=ROOT)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[False, True, False, False]"
+
+
 def test_the_exit_codes_are_documented():
     help_text = subprocess.run([sys.executable, "-m", "fdprof", "--help"], capture_output=True,
                                text=True, timeout=60, cwd=ROOT).stdout  # fmt: skip
