@@ -181,7 +181,7 @@ class _Builder:
             raise TypeError(f"name should be a string, not {short(_first_bad(names, str))}")
         cats = [ev.get("cat") for ev in evs]
         if not all(c is None or type(c) is str for c in cats):
-            raise TypeError(f"cat should be a string, not {short(_first_bad(cats, str))}")
+            raise TypeError(f"cat should be a string, not {short(_first_bad(cats, str, None))}")
         intern = self.names.setdefault
         lanes = [
             a.pop(SPAN_LANE, None)
@@ -367,8 +367,10 @@ class _Builder:
 _CONTAINERS = (dict, list)
 
 
-def _first_bad(values: list, kind: type) -> Any:
-    return next(v for v in values if v is not None and type(v) is not kind)
+def _first_bad(values: list, *kinds: type | None) -> Any:
+    """The first value whose type is none of `kinds` (None among them: a JSON null is allowed)."""
+    allowed = tuple(type(None) if k is None else k for k in kinds)
+    return next(v for v in values if type(v) not in allowed)
 
 
 def _args(ev: dict) -> dict:

@@ -466,6 +466,7 @@ _CHROME_FIELDS = {
     "tid-float": _x(tid=1.5),
     "name-number": _x(name=5),
     "name-object": _x(name={"a": 1}),
+    "name-null": _x(name=None),
     "cat-list": _x(cat=["kernel"]),
     "ph-list": _x(ph=["X"]),
     "span-id-string": _x(args={"fd.span_id": "one"}),
