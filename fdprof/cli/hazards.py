@@ -40,7 +40,8 @@ def register(subparsers) -> None:
         "--predict",
         action="store_true",
         help="also predict races by weak causal precedence (WCP): conflicting accesses only "
-        "the lock's chance order ordered, reported apart; they alone do not make the exit 1",
+        "the chance order of a lock (lock:* objects) ordered, reported apart; they alone do not "
+        "make the exit 1",
     )
     p.add_argument("--join", type=Path, default=None, help="run directory to join (nsys traces)")
     add_report_arguments(p)
