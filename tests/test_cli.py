@@ -5,7 +5,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from fdprof.cli import build_parser
+import pytest
+
+from fdprof.cli import build_parser, main
 
 TRACES = Path(__file__).resolve().parents[1] / "traces"
 
@@ -104,3 +106,24 @@ def test_help_shows_every_default():
                 continue
             help_text = parser._get_formatter()._get_help_string(action)
             assert "default" in help_text, (name, action.option_strings)
+
+
+@pytest.mark.parametrize("command", [
+    ("hazards", "--json", "{bad}"),
+    ("diff", "--format", "json", "{bad}", "{bad}"),
+    ("convert", "--json", "{bad}", "{out}"),
+    ("export-otlp", "--json", "{bad}", "--endpoint", "http://127.0.0.1:9/v1/traces"),
+])  # fmt: skip
+def test_every_json_option_gets_a_json_error_object_on_bad_input(command, tmp_path, capsys):
+    """Bad input with JSON asked for (``--json`` or ``--format json``, whichever the command
+    has) prints one JSON error object on stdout beside the line on stderr."""
+    import json
+
+    bad = tmp_path / "t.json"
+    bad.write_text('{"traceEvents": [{"ph": "X", "name": null, "ts": 1, "dur": 1}]}')
+    argv = [a.format(bad=bad, out=tmp_path / "o.json") for a in command]
+    assert main(argv) == 2
+    captured = capsys.readouterr()
+    error = json.loads(captured.out)["error"]
+    assert error["command"] == command[0] and error["exit_code"] == 2
+    assert f"fdprof {command[0]}: {error['message']}" == captured.err.strip()

@@ -152,7 +152,7 @@ def _bad_input(args: argparse.Namespace, message: str, code: int = 2) -> int:
     when JSON was asked for (a script reading stdout then always gets one object)."""
     message = one_line(message)
     print(f"fdprof {args.command}: {message}", file=sys.stderr)
-    if getattr(args, "format", None) == "json":
+    if getattr(args, "format", None) == "json" or getattr(args, "json", False):
         error = {"command": args.command, "message": message, "exit_code": code}
         print(json.dumps({"error": error}), flush=True)
     return code
