@@ -220,7 +220,8 @@ class OtelExportObserver:
             if all(p.tail.read_header() is not None for p in self._procs):
                 break
             self._stop.wait(0.02)
-        known = [(p.tail.header.pid, p.tail.header) for p in self._procs if p.tail.header]
+        # once more: a run that ends within one poll stops the wait with headers written unseen
+        known = [(h.pid, h) for h in (p.tail.read_header() for p in self._procs) if h is not None]
         offsets = R.epoch_offsets([header for _, header in known])
         self._offsets = {pid: offset for (pid, _), offset in zip(known, offsets, strict=True)}
 

@@ -118,7 +118,10 @@ def epoch_offsets(headers: list[FileHeader]) -> list[int]:
     own = [h.epoch_anchor_ns - h.mono_anchor_ns for h in headers]
     if not own or max(own) - min(own) > SAME_CLOCK_NS:
         return own
-    common = int(np.median(own))
+    ordered = sorted(own)
+    mid = len(ordered) // 2
+    # the median in integers: a float64 one is off by up to 2^7 ns at today's epoch
+    common = ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) // 2
     return [common] * len(own)
 
 

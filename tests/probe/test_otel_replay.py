@@ -6,6 +6,7 @@ its service names, span kinds and scopes when sent again."""
 from __future__ import annotations
 
 import json
+import shutil
 
 import pytest
 from otel_processes import SPANS, run_processes
@@ -14,22 +15,23 @@ from otlp_receiver import Receiver, attrs, canonical
 from fdprof import probe
 from fdprof import semconv as S
 from fdprof.errors import FdprofError
+from fdprof.probe import records as R
 from fdprof.probe.otel_export import observers_for
 from fdprof.probe.run_manifest import write_run_manifest
 from fdprof.trace import load, otlp
 from fdprof.trace.export import export
 
 CONFIG = {"kv_lock": "ipc", "workload": "prefix-swap"}
+RESOURCE = {S.KV_LOCK: CONFIG["kv_lock"], S.WORKLOAD: CONFIG["workload"]}
 
 
 @pytest.fixture(scope="module")
 def live_run(tmp_path_factory):
     """A run exported live, its run directory, and what the receiver got."""
     run_dir = tmp_path_factory.mktemp("live")
-    resource = {S.KV_LOCK: CONFIG["kv_lock"], S.WORKLOAD: CONFIG["workload"]}
     with Receiver() as rx:
         config = probe.ProbeConfig(run_dir=str(run_dir), otlp_endpoint=rx.endpoint,
-                                   resource=resource)  # fmt: skip
+                                   resource=RESOURCE)  # fmt: skip
         (obs,) = observers_for(config)
         infos = run_processes(run_dir, [obs])
         obs.stop()
@@ -72,6 +74,38 @@ def test_an_otlp_file_of_the_run_sends_the_same_spans_again(live_run, tmp_path):
     path = tmp_path / "run.otlp.json"
     otlp.write(load(run_dir), path)
     assert canonical(_replayed(load(path))) == canonical(live)
+
+
+def _spread_anchors(run_dir, processes: list[dict]) -> None:
+    """Give each record file an epoch anchor some µs from the others (within one host's
+    clock), as anchors measured one after another are: own offsets and the shared one differ."""
+    for k, info in enumerate(processes):
+        path = run_dir / info["record"]
+        with open(path, "r+b") as f:
+            fields = list(R.FILE_HEADER.unpack(f.read(R.FILE_HEADER.size)))
+            fields[3] += 3_000 * k  # epoch anchor
+            f.seek(0)
+            f.write(R.FILE_HEADER.pack(*fields))
+
+
+def test_a_run_over_before_the_tail_looked_still_shares_one_clock(live_run, tmp_path):
+    """The live export stopped before its first poll (a run shorter than one poll) puts the
+    processes on the reader's one clock all the same: it reads every header at the end."""
+    run_dir, _ = live_run
+    copy = tmp_path / "run"
+    shutil.copytree(run_dir, copy)
+    processes = json.loads((copy / "run.json").read_text())["processes"]
+    _spread_anchors(copy, processes)
+    with Receiver() as rx:
+        config = probe.ProbeConfig(run_dir=str(copy), otlp_endpoint=rx.endpoint,
+                                   resource=RESOURCE)  # fmt: skip
+        (obs,) = observers_for(config)
+        obs._stop.set()  # the run is over before the tail thread starts
+        obs.start(copy, processes)
+        obs.stop()
+        live = rx.scoped_spans()
+    assert len(live) == SPANS
+    assert canonical(_replayed(load(copy))) == canonical(live)
 
 
 def test_a_foreign_otlp_file_keeps_its_services_kinds_and_scopes(tmp_path):

@@ -54,3 +54,17 @@ def test_cut_files_read_up_to_their_last_whole_record(record_bytes):
     assert len(R.record_offsets(record_bytes[:5])) == 0
     with pytest.raises(ValueError):
         R._c_offsets(record_bytes, -1, R.CHUNK)
+
+
+def test_anchors_of_one_host_share_their_exact_integer_median():
+    """Processes of one host get one offset, the median of their own, to the nanosecond (a
+    float median of epoch-scale integers is off by up to 2^7 ns); anchors further apart than
+    one host's clock keep their own."""
+    base = 1_796_399_064_491_294_615
+    heads = [R.FileHeader(pid, 10 * pid, base + 10 * pid + d, "worker")
+             for pid, d in ((1, 0), (2, -11), (3, 7), (4, 1))]  # fmt: skip
+    assert R.epoch_offsets(heads[:3]) == [base] * 3
+    assert R.epoch_offsets(heads) == [base] * 4  # even count: the two middle ones' floor mean
+    far = heads[:2] + [heads[2]._replace(epoch_anchor_ns=base + 30 + R.SAME_CLOCK_NS + 1)]
+    assert R.epoch_offsets(far) == [base, base - 11, base + R.SAME_CLOCK_NS + 1]
+    assert R.epoch_offsets([]) == []
