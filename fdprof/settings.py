@@ -28,6 +28,9 @@ AB_PAIR = "FDPROF_AB_PAIR"
 #: the permission bits of the files a run writes (octal; default 0600), its directories the
 #: same with search (x) added wherever read is (0600 -> 0700, 0640 -> 0750)
 FILE_MODE = "FDPROF_FILE_MODE"
+#: the pid of the vLLM process that owns the run, set by the adapter there for its children:
+#: a fresh interpreter vLLM starts for a side job (its model inspection) is not another main
+VLLM_MAIN_PID = "FDPROF_VLLM_MAIN_PID"
 #: read by the NVTX injection library (C), set by :mod:`fdprof.capture.nvtx`
 NVTX_DIR = "FDPROF_NVTX_DIR"
 NVTX_CAPACITY_MB = "FDPROF_NVTX_CAPACITY_MB"
@@ -103,6 +106,12 @@ def _pairs(name: str, raw: str | None) -> dict[str, str]:
 def run_dir(env: Mapping[str, str] | None = None) -> str | None:
     """``FDPROF_RUN_DIR``: where a process fdprof did not start records (None: nowhere)."""
     return _text(RUN_DIR, env)
+
+
+def vllm_main_pid(env: Mapping[str, str] | None = None) -> int | None:
+    """``FDPROF_VLLM_MAIN_PID``: the vLLM process that owns the run (None: this one, if any)."""
+    text = _text(VLLM_MAIN_PID, env)
+    return int(text) if text is not None and text.isdigit() else None
 
 
 #: only the owner reads and writes what a run records, unless ``FDPROF_FILE_MODE`` says otherwise

@@ -187,7 +187,8 @@ def diff_traces(
         new=sn,
         throughput=_throughput_ratio(sb, sn, both_tokens, seed),
         throughput_unit="tokens/s" if both_tokens else "steps/s",
-        step_latency=ratio_ci(sb.breakdown["duration"], sn.breakdown["duration"], seed=seed),
+        step_latency=ratio_ci(sb.breakdown["duration"], sn.breakdown["duration"], seed=seed,
+                              quantity="step latency"),  # fmt: skip
         moved=_moved(sb.breakdown, sn.breakdown, both_tokens, seed),
         by_name=_side_by_side(sb.by_name, sn.by_name, "name"),
         by_role=_side_by_side(sb.by_role, sn.by_role, "role"),
@@ -224,7 +225,8 @@ def _throughput_ratio(sb: RunSummary, sn: RunSummary, tokens: bool, seed: int) -
 
     rb, rn = rows(sb), rows(sn)
     strata = (token_class(rb[:, 0]), token_class(rn[:, 0])) if tokens else None
-    return ratio_ci(rb, rn, "rate", seed=seed, strata=strata)
+    unit = "tokens/s" if tokens else "steps/s"
+    return ratio_ci(rb, rn, "rate", seed=seed, strata=strata, quantity=f"throughput ({unit})")
 
 
 def token_class(tokens: np.ndarray) -> np.ndarray:

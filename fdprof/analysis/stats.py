@@ -25,9 +25,11 @@ Statistic = Callable[[np.ndarray, np.ndarray], np.ndarray]
 
 
 def _rate(a: np.ndarray, idx: np.ndarray) -> np.ndarray:
-    """Rows are (amount, time): total amount per total time, e.g. tokens per second."""
+    """Rows are (amount, time): total amount per total time, e.g. tokens per second; a
+    resample whose time is 0 gives inf or nan, which the callers refuse with a reason."""
     num, den = np.ascontiguousarray(a[:, 0]), np.ascontiguousarray(a[:, 1])
-    return num[idx].sum(axis=1) / den[idx].sum(axis=1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return num[idx].sum(axis=1) / den[idx].sum(axis=1)
 
 
 STATISTICS: dict[str, Statistic] = {
@@ -79,16 +81,17 @@ def ratio_ci(
     n_boot: int = 2000,
     seed: int = 0,
     strata: tuple[Any, Any] | None = None,
+    quantity: str = "ratio",
 ) -> RatioCI:
     """``statistic(new) / statistic(base)`` and its percentile-bootstrap CI, the two samples
     resampled independently. Samples are 1-D, or (n, 2) rows of (amount, time) for
     ``statistic="rate"``. ``strata``: a label per unit of (base, new); each stratum is then
-    resampled on its own, keeping its size."""
+    resampled on its own, keeping its size. ``quantity`` names it when there is no ratio."""
     (whole_b, whole_n), (reps_b, reps_n) = _two_samples(
         base, new, statistic, confidence, n_boot, seed, strata
     )
-    if whole_b == 0:
-        raise FdprofError(f"the base {statistic} is 0: no ratio")
+    if whole_b == 0 or not np.isfinite(whole_b):  # a rate over no time is inf or nan
+        raise FdprofError(f"{quantity}: the base {statistic} is {whole_b:g}: no ratio")
     with np.errstate(divide="ignore", invalid="ignore"):
         ratios = reps_n / reps_b
     return _interval(whole_n / whole_b, ratios, confidence, statistic, _bootstrap(n_boot, seed))

@@ -34,7 +34,7 @@ from fdprof.trace.assemble import assemble
 from fdprof.trace.attrs import AttrsBuilder, small_tail
 from fdprof.trace.heap import mapped_large_blocks, release_freed
 from fdprof.trace.jsonstream import Stream, open_text, plain, raw_position
-from fdprof.trace.model import Trace
+from fdprof.trace.model import Trace, remap_ints
 
 #: PyTorch-profiler categories of work that runs on a GPU stream
 DEVICE_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotation"})
@@ -671,8 +671,7 @@ def _finish(trace: Trace, b: _Builder) -> Trace:
         "lane": cat("lane", object),
     }
     owners = _device_owners(b, syncs, pids)
-    spans["lane"] = C.scope_lanes(spans["lane"], pd.Series(pids).map(owners).fillna(
-        pd.Series(pids)).to_numpy(np.int64))  # fmt: skip
+    spans["lane"] = C.scope_lanes(spans["lane"], remap_ints(pids, owners))
     unpaired = _bind_flows(spans, syncs)
     if unpaired:
         trace.warn(f"{unpaired} flow event(s) without the other end of their flow were ignored")
@@ -699,6 +698,6 @@ def _finish(trace: Trace, b: _Builder) -> Trace:
     if b.unmatched_ends:
         trace.warn(f"{b.unmatched_ends} end event(s) (E/e) without a begin were ignored")
     if b.ignored:
-        phases = ", ".join(f"{ph} ×{n}" for ph, n in sorted(b.ignored.items()))
+        phases = ", ".join(f"{short(ph)} ×{n}" for ph, n in sorted(b.ignored.items()))
         trace.warn(f"ignored events of unsupported phases: {phases}")
     return trace

@@ -180,3 +180,18 @@ def rows(df: pd.DataFrame, columns: list[str]) -> Iterator[tuple]:
     """The rows of ``columns`` as plain Python tuples; much faster than ``itertuples`` over
     Arrow-backed columns, for writers that must visit every row."""
     return zip(*(df[c].tolist() for c in columns), strict=True)
+
+
+def remap_ints(values: Any, mapping: dict[int, int], missing: Any = None) -> np.ndarray:
+    """``values`` with each key of ``mapping`` replaced by its value, the others kept (or
+    taken from ``missing``), exact for every int64: a pandas ``map`` goes through float64 for
+    the misses, which rounds ids past 2^53 together and cannot hold 2^63 - 1."""
+    values = np.asarray(values, dtype=np.int64)
+    fallback = values if missing is None else np.asarray(missing, dtype=np.int64)
+    if not mapping or not len(values):
+        return fallback
+    keys = np.fromiter(mapping.keys(), np.int64, len(mapping))
+    order = np.argsort(keys)
+    keys, new = keys[order], np.fromiter(mapping.values(), np.int64, len(mapping))[order]
+    at = np.searchsorted(keys, values).clip(0, len(keys) - 1)
+    return np.where(keys[at] == values, new[at], fallback)

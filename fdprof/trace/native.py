@@ -448,7 +448,7 @@ def read(path: Path) -> Trace:
     _unique_span_ids(path, np.concatenate([f.spans["span_id"] for f in files]))
     _share_clock(files)
     by_pid = {
-        p["pid"]: p for p in manifest.get("processes", []) if isinstance(p, dict) and "pid" in p
+        p["pid"]: p for p in manifest.get("processes") or [] if isinstance(p, dict) and "pid" in p
     }
     _build(trace, files, by_pid)
     samples = pyspy.read(path, {f.pid: f.offset_ns for f in files})

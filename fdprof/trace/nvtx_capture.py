@@ -113,10 +113,13 @@ def _processes(path: Path) -> dict[int, dict]:
         manifest = folder / "run.json"
         if manifest.is_file():
             try:
-                procs = json.loads(manifest.read_text()).get("processes", [])
+                doc = json.loads(manifest.read_text())
             except (OSError, ValueError):
                 return {}
-            return {int(p["pid"]): p for p in procs if "pid" in p}
+            procs = doc.get("processes") if isinstance(doc, dict) else None
+            # labels only: entries that are not what the native reader checks are skipped
+            return {p["pid"]: p for p in procs or [] if isinstance(p, dict)
+                    and type(p.get("pid")) is int}  # fmt: skip
     return {}
 
 

@@ -29,7 +29,7 @@ from fdprof import progress
 from fdprof.trace import chrome as K
 from fdprof.trace import conventions as C
 from fdprof.trace.attrs import STR, Attrs
-from fdprof.trace.model import Trace, rows
+from fdprof.trace.model import Trace, remap_ints, rows
 from fdprof.trace.tracks import SYNTHETIC_TID, Tracks, assign
 
 MASK64 = (1 << 64) - 1
@@ -336,7 +336,7 @@ def _flows(emit, flows: pd.DataFrame, span_track: dict) -> None:
         return
     span = flows["span_id"].to_numpy(np.int64)
     tid = flows["tid"].to_numpy(np.int64)
-    track = pd.Series(span).map(span_track).fillna(pd.Series(tid)).to_numpy(np.int64)
+    track = remap_ints(span, span_track, missing=tid)
     cat = _json_texts(flows["obj"].str.slice(len(K.FLOW_OBJ)).to_numpy(object))
     release = (flows["op"] == "release").to_numpy(bool)
     texts = _join(

@@ -36,11 +36,15 @@ def vllm_python() -> Path | None:
     return None
 
 
-def vllm_env(run_dir: Path | None) -> dict[str, str]:
+def vllm_env(run_dir: Path | None, cache: Path | None = None) -> dict[str, str]:
+    """vLLM's environment for a run into ``run_dir``; ``cache``: a vLLM cache of its own (a
+    cold one makes vLLM inspect the model class in a side interpreter, as on a fresh machine)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("FDPROF_", "VLLM_"))}
     env.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", PYTHONHASHSEED="0")
     if run_dir is not None:
         env["FDPROF_RUN_DIR"] = str(run_dir)
+    if cache is not None:
+        env["VLLM_CACHE_ROOT"] = str(cache)
     return env
 
 
@@ -88,9 +92,10 @@ def vllm_runs(tmp_path_factory) -> dict[str, VllmRun]:
         runs[name] = run
         cmd = [str(python), str(WORKLOAD), "--model-dir", str(model),
                "--outputs", str(run.outputs_path), *args]  # fmt: skip
+        env = vllm_env(run.run_dir, cache=base / "cache")
         with run.log.open("w") as log:
-            procs.append(subprocess.Popen(cmd, env=vllm_env(run.run_dir), stdout=log,
-                                          stderr=subprocess.STDOUT, cwd=base))  # fmt: skip
+            procs.append(subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                          cwd=base))  # fmt: skip
     for run, proc in zip(runs.values(), procs, strict=True):
         try:
             run.returncode = proc.wait(TIMEOUT_S)

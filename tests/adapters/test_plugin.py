@@ -98,6 +98,29 @@ def test_an_unsupported_vllm_is_one_line_and_an_unrecorded_run(tmp_path):
 
 
 @pytest.mark.slow
+def test_a_side_interpreter_of_a_vllm_run_is_not_another_main(tmp_path):
+    """vLLM inspects a model class in a fresh interpreter on a cold cache, plugins loaded: it
+    records nothing and writes no run.json; the run's own main process does both."""
+    done = _in_vllm(
+        """
+        import os, subprocess, sys
+        from fdprof.adapters.vllm import register
+        register()
+        side = "from fdprof.adapters.vllm import register; register(); print('side ran')"
+        print(subprocess.run([sys.executable, "-c", side], capture_output=True, text=True).stdout)
+        print("main", os.getpid())
+        """,
+        tmp_path,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "side ran" in done.stdout
+    main_pid = int(done.stdout.split("main")[-1])
+    assert [p.name for p in tmp_path.glob("*.rec")] == [f"{S.ROLE_FRONTEND}-0-{main_pid}.rec"]
+    manifest = json.loads((tmp_path / "run.json").read_text())
+    assert [p["pid"] for p in manifest["processes"]] == [main_pid]
+
+
+@pytest.mark.slow
 def test_a_failing_hook_is_counted_and_vllm_goes_on(tmp_path):
     done = _in_vllm(
         """

@@ -81,3 +81,19 @@ def test_a_stranger_record_file_is_named_and_not_read(run, tmp_path):
     trace = load(run)
     assert any("worker-0-4242.rec" in w and "not read" in w for w in trace.meta["warnings"])
     assert len(trace.spans) == len(load(BASELINE).spans)
+
+
+@pytest.mark.parametrize("missing", ["null", "absent"])
+def test_a_manifest_without_its_process_list_reads_the_records_it_finds(run, missing):
+    """``"processes": null`` reads as no list at all: the record files of the directory, by
+    their names (it was a TypeError, exit 70)."""
+
+    def edit(doc: dict) -> None:
+        if missing == "null":
+            doc["processes"] = None
+        else:
+            del doc["processes"]
+
+    rewrite(run, edit)
+    trace = load(run)
+    assert len(trace.spans) == len(load(BASELINE).spans)

@@ -128,3 +128,128 @@ def test_cli_bad_input_is_one_line_exit_2(tmp_path, name, command):
     assert result.returncode == 2, result.stderr
     assert "Traceback" not in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+
+
+#: what a foreign writer puts where a value belongs: nulls, wrong types, int64's edges and
+#: past them, floats that JSON cannot say, empty and nested containers
+ODD_VALUES = [None, "", "x" * 300, -1, 0, 2**63 - 1, 2**63, -(2**63) - 1, 2**64, 1.5,
+              float("nan"), float("inf"), True, [], {}, [None], {"k": None}]  # fmt: skip
+
+
+def _slots(doc, path: tuple = ()):
+    """The path of every value inside a JSON document, depth first."""
+    items = (
+        doc.items() if isinstance(doc, dict) else enumerate(doc) if isinstance(doc, list) else ()
+    )
+    for k, v in items:
+        yield path + (k,)
+        yield from _slots(v, path + (k,))
+
+
+def mutate_structure(doc, field: float, where: float, how: str, value):
+    """``doc`` with one value replaced, its key deleted or its element duplicated: a field
+    name first (every key the document uses, and list elements, are equally likely), then
+    one of its places."""
+    by_field: dict = {}
+    for slot in _slots(doc):
+        by_field.setdefault(slot[-1] if isinstance(slot[-1], str) else None, []).append(slot)
+    fields = sorted(by_field, key=str)
+    slots = by_field[fields[int(field * (len(fields) - 1))]]
+    *parent_path, k = slots[int(where * (len(slots) - 1))]
+    parent = doc
+    for p in parent_path:
+        parent = parent[p]
+    if how == "replace":
+        parent[k] = value
+    elif how == "delete":
+        del parent[k]
+    elif isinstance(parent, list):
+        parent.insert(k, json.loads(json.dumps(parent[k])))
+    else:
+        parent[k] = [parent[k], parent[k]]
+    return doc
+
+
+COMMANDS = {
+    "hazards": lambda p, out: ["hazards", str(p), "--predict", "--json"],
+    "diff": lambda p, out: ["diff", str(p), str(p), "--json"],
+    "convert": lambda p, out: ["convert", str(p), str(out)],
+}
+
+
+def _read_docs(path: Path) -> list:
+    """A Chrome file's document, or an OTLP file's export requests (one per line)."""
+    text = path.read_text()
+    if path.name.endswith(".otlp.json"):
+        return [json.loads(line) for line in text.splitlines()]
+    return [json.loads(text)]
+
+
+def _answer_or_one_line(capfd, docs: list, name: str, command: str) -> str | None:
+    """What is wrong with how ``command`` treated ``docs``, or None: it must answer (exit 0
+    or 1) or say what is wrong in one line (exit 2), never fail inside."""
+    from fdprof.cli import main
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / name
+        path.write_text("".join(json.dumps(doc) + "\n" for doc in docs))
+        capfd.readouterr()
+        code = main(COMMANDS[command](path, Path(tmp) / "out.json"))
+        err = capfd.readouterr().err
+    if code not in (0, 1, 2) or "Traceback" in err or "internal error" in err:
+        return f"exit {code}: {err.strip()[-300:]}"
+    said = [line for line in err.splitlines() if line and "warning:" not in line]
+    if code == 2 and len(said) != 1:  # warnings about what was read may come first
+        return f"exit 2 in {len(said)} lines: {err.strip()[-300:]}"
+    return None
+
+
+@SETTINGS
+@given(
+    name=st.sampled_from(["t.json", "t.otlp.json"]),
+    field=st.floats(0, 1),
+    where=st.floats(0, 1),
+    how=st.sampled_from(["replace", "delete", "duplicate"]),
+    value=st.sampled_from(ODD_VALUES),
+    command=st.sampled_from(sorted(COMMANDS)),
+)
+def test_one_mutated_place_in_json_is_an_answer_or_one_line(samples, capfd, name, field, where,
+                                                            how, value, command):  # fmt: skip
+    """One value of the wrong type or range, one key gone or one element twice, anywhere in
+    a Chrome or OTLP file, through every command."""
+    root, _ = samples
+    docs = mutate_structure(_read_docs(root / name), field, where, how, value)
+    assert _answer_or_one_line(capfd, docs, name, command) is None
+
+
+def _replace_everywhere(doc, field: str, value):
+    """``doc`` with every value under the key ``field`` replaced (``...``: the key removed)."""
+    if isinstance(doc, list):
+        return [_replace_everywhere(v, field, value) for v in doc]
+    if not isinstance(doc, dict):
+        return doc
+    out = {k: value if k == field else _replace_everywhere(v, field, value) for k, v in doc.items()}
+    if value is ...:
+        out.pop(field, None)
+    return out
+
+
+@pytest.mark.filterwarnings("error::RuntimeWarning")  # a value cast silently is a bug too
+@pytest.mark.parametrize("command", ["hazards", "diff"])
+@pytest.mark.parametrize("name", ["t.json", "t.otlp.json"])
+def test_every_field_of_every_wrong_kind_is_an_answer_or_one_line(samples, capfd, name, command):
+    """Every key the file uses, in turn, set everywhere to each odd value or removed
+    everywhere: the exhaustive twin of the random test above, through the two commands that
+    read every field (``hazards --predict``: the accesses and syncs; ``diff``: steps, times
+    and statistics)."""
+    root, _ = samples
+    docs = _read_docs(root / name)
+    fields = sorted({slot[-1] for slot in _slots(docs) if isinstance(slot[-1], str)})
+    failures = []
+    for field in fields:
+        for value in [*ODD_VALUES, ...]:
+            mutated = _replace_everywhere(docs, field, value)
+            problem = _answer_or_one_line(capfd, mutated, name, command)
+            if problem:
+                failures.append(f"{field}={value!r}: {problem}")
+    assert not failures, "\n".join(failures)

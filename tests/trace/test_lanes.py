@@ -112,6 +112,21 @@ def test_unscoped_fd_lane_is_scoped_by_process_in_every_reader(tmp_path):
     assert sorted(load(tmp_path / "hand.json").spans["lane"]) == SCOPED
 
 
+def test_pids_past_2_to_the_53_scope_their_own_lanes(tmp_path):
+    """Kernels on device 0's stream 7 in processes 2^60 and 2^60 + 1 (one float64 apart from
+    none), each writing block 3: two lanes, unordered, one race (a float on the way to the
+    lane names made them one lane, and hid the race)."""
+    pids = (2**60, 2**60 + 1)
+    chrome = {"traceEvents": [
+        {"ph": "X", "cat": "kernel", "name": "k", "pid": p, "tid": 7, "ts": ts, "dur": 1,
+         "args": {"device": 0, "stream": 7, S.KV_GPU_WRITE: [3]}}
+        for p, ts in zip(pids, (1, 5), strict=True)]}  # fmt: skip
+    (tmp_path / "big.json").write_text(json.dumps(chrome))
+    trace = load(tmp_path / "big.json")
+    assert sorted(trace.spans["lane"]) == [f"{p}/cuda:0/stream:7" for p in pids]
+    assert len(find_hazards(trace).races) == 1
+
+
 def _pytorch_trace(flow_end_ts: int | None, kernel_pid: int = 0) -> dict:
     """A PyTorch-profiler-shaped trace: a CPU op on the host thread writes block 3, then
     ``cudaLaunchKernel`` launches a kernel (on device 0's stream 7, Kineto's pid/tid) that reads

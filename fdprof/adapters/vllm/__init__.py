@@ -60,6 +60,12 @@ def _start(run_dir: str) -> None:
     single = os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING", "1") == "0"
     role, dp_rank, tp_rank = process_role(multiprocessing.current_process().name, single)
     is_main = multiprocessing.parent_process() is None
+    if is_main and settings.vllm_main_pid() not in (None, os.getpid()):
+        # an interpreter a vLLM process started for a side job (inspecting the model class on
+        # a cold cache): neither another frontend nor the owner of run.json
+        return
+    if is_main:
+        os.environ[settings.VLLM_MAIN_PID] = str(os.getpid())
     version = getattr(vllm, "__version__", "?")
     if version not in SUPPORTED_VLLM:
         if is_main:
