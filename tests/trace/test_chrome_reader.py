@@ -109,7 +109,7 @@ def test_every_phase(tmp_path):
     counters = trace.meta["counters"]
     assert sorted(counters["key"]) == ["free", "used"]
     warnings = " ".join(trace.meta["warnings"])
-    assert "never ended" in warnings and "P ×1" in warnings
+    assert "never ended" in warnings and "'P' ×1" in warnings
 
 
 def test_array_form_plain_or_gzip_without_closing_bracket(tmp_path):
