@@ -60,6 +60,25 @@ def assemble(
 
 #: times before this (2001-09-09, 10^18 ns since the epoch) are not wall-clock times of a trace
 EPOCH_FLOOR_NS = 10**18
+_INT64 = np.iinfo(np.int64)
+
+
+def on_epoch(times: Any, offset: int, where: str, unset: bool = False) -> np.ndarray:
+    """``times + offset``: a reader's clock put on the epoch. A sum past int64 would wrap
+    silently and reorder the trace, so the first such time is bad input, one line. ``unset``:
+    negative times mean "never" (an open span's end) and stay -1."""
+    times = np.asarray(times, dtype=np.int64)
+    never = times < 0 if unset else np.zeros(len(times), dtype=bool)
+    if offset > 0:
+        past = ~never & (times > _INT64.max - offset)
+    else:
+        past = ~never & (times < _INT64.min - offset)
+    if past.any():
+        raise FdprofError(
+            f"{where}: a time of {int(times[past][0]):,} ns does not fit in int64 once put on "
+            f"the epoch ({offset:+,} ns)"
+        )
+    return np.where(never, -1, times + offset) if unset else times + offset
 
 
 def _drop_negative_durations(trace: Trace, cols: dict[str, Any]) -> np.ndarray:
@@ -75,7 +94,7 @@ def _drop_negative_durations(trace: Trace, cols: dict[str, Any]) -> np.ndarray:
     name = names[first] if not hasattr(names, "to_pylist") else names[first].as_py()
     trace.warn(
         f"{int(backwards.sum()):,} span(s) end before they start (e.g. {name!r}: "
-        f"{int(end[first] - start[first]):,} ns): read as never ended (end = -1), so no "
+        f"{int(end[first]) - int(start[first]):,} ns): read as never ended (end = -1), so no "
         "duration or rate counts them"
     )
     return np.where(backwards, -1, end)

@@ -35,7 +35,7 @@ from fdprof.probe.run_manifest import RECORD_NAME
 from fdprof.trace import attrs as A
 from fdprof.trace import conventions as C
 from fdprof.trace import limits, pyspy
-from fdprof.trace.assemble import assemble
+from fdprof.trace.assemble import assemble, on_epoch
 from fdprof.trace.attrs import AttrsBuilder
 from fdprof.trace.jsonstream import file_kind
 from fdprof.trace.model import TEXT, Trace
@@ -155,14 +155,14 @@ def _decode(path: Path, data: bytearray | None) -> _File | None:
     end_id, end_t = columns(R.Kind.SPAN_END, "f0", "f1")
     ends = np.full(len(span_id), -1, dtype=np.int64)
     pos = pd.Index(span_id).get_indexer(end_id.view(np.int64))
-    ends[pos[pos >= 0]] = end_t[pos >= 0] + out.offset_ns
+    ends[pos[pos >= 0]] = on_epoch(end_t[pos >= 0], out.offset_ns, str(path))
     del end_id, end_t, pos
     out.unended = int((ends == -1).sum())
     out.spans = {
         "span_id": span_id,
         "parent_id": parent_id.view(np.int64),
         "name": out.text(name_id, "a span name"),
-        "start": start + out.offset_ns,
+        "start": on_epoch(start, out.offset_ns, str(path)),
         "end": ends,
         "tid": signed32(tid),
     }
@@ -184,7 +184,7 @@ def _decode(path: Path, data: bytearray | None) -> _File | None:
         "obj": out.text(obj, "a sync object"),
         "seq": seq,
         "keyed": R.sync_keyed(header.version, sync_flags, seq),
-        "time": time + out.offset_ns,
+        "time": on_epoch(time, out.offset_ns, str(path)),
         "tid": signed32(sync_tid),
         "span_id": sync_span.view(np.int64),
     }
@@ -463,9 +463,10 @@ def _share_clock(files: list[_File]) -> None:
         shift = offset - f.offset_ns
         if not shift:
             continue
-        f.spans["start"] = f.spans["start"] + shift
-        f.spans["end"] = np.where(f.spans["end"] == -1, -1, f.spans["end"] + shift)
-        f.syncs["time"] = f.syncs["time"] + shift
+        where = f"process {f.pid}"
+        f.spans["start"] = on_epoch(f.spans["start"], shift, where)
+        f.spans["end"] = on_epoch(f.spans["end"], shift, where, unset=True)
+        f.syncs["time"] = on_epoch(f.syncs["time"], shift, where)
         f.offset_ns = offset
 
 

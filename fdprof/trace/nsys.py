@@ -35,7 +35,7 @@ from fdprof import errors
 from fdprof import semconv as S
 from fdprof.errors import FdprofError
 from fdprof.trace import limits
-from fdprof.trace.assemble import assemble
+from fdprof.trace.assemble import assemble, on_epoch
 from fdprof.trace.attrs import AttrsBuilder
 from fdprof.trace.model import SYNC_COLUMNS, Trace, numpy_dtype
 from fdprof.trace.nsys_projection import host_waits, project
@@ -543,9 +543,9 @@ def _assemble(trace: Trace, rows: _Rows, procs: dict[int, str], offset: int, anc
     def cat(parts: list[dict], key: str, dtype) -> np.ndarray:
         return np.concatenate([p[key] for p in parts]) if parts else np.zeros(0, dtype=dtype)
 
-    start = cat(rows.spans, "start", np.int64) + offset
-    end = cat(rows.spans, "end", np.int64)
-    end = np.where(end < 0, -1, end + offset)
+    where = trace.meta["path"]
+    start = on_epoch(cat(rows.spans, "start", np.int64), offset, where)
+    end = on_epoch(cat(rows.spans, "end", np.int64), offset, where, unset=True)
     pids = cat(rows.spans, "pid", np.int64)
     for part in rows.spans:
         part.setdefault("parent_id", np.zeros(len(part["start"]), dtype=np.int64))
@@ -562,7 +562,7 @@ def _assemble(trace: Trace, rows: _Rows, procs: dict[int, str], offset: int, anc
         "trace_id": np.full(len(start), None, dtype=object),
     }
     syncs = {k: cat(rows.syncs, k, numpy_dtype("syncs", k)) for k in SYNC_COLUMNS}
-    syncs["time"] = syncs["time"] + offset
+    syncs["time"] = on_epoch(syncs["time"], offset, where)
     processes = {
         "pid": list(procs),
         "role": [""] * len(procs),

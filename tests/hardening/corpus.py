@@ -337,6 +337,16 @@ def _(root):  # 3 JSON levels an array
     return _otlp_nested(root, '{"arrayValue": {"values": [', "]}}", 300)
 
 
+@case("native-time-past-int64")
+def _(root):  # a monotonic time that wraps once the clock anchor is added
+    return _one_rec(root, _string(1, "s") + _span(1, 1, t0=2**63 - 10, t1=2**63 - 5))
+
+
+@case("native-end-past-int64")
+def _(root):
+    return _one_rec(root, _string(1, "s") + _span(1, 1, t0=100, t1=2**63 - 5))
+
+
 @case("native-string-id-2e31")
 def _(root):  # a string's id edited: the span names an id no record defines
     return _one_rec(root, _string(2**31, "execute_model") + _span(1, 1))
@@ -657,6 +667,9 @@ _NSYS_CASES: dict[str, dict] = {
     "nvtx-start-real": {"nvtx": [(1.5, 20, PUSHPOP, "r", GTID)]},
     "nvtx-start-huge-real": {"nvtx": [(1e300, 20, PUSHPOP, "r", GTID)]},
     "nvtx-end-text": {"nvtx": [(10, "later", PUSHPOP, "r", GTID)]},
+    # fits int64 as written, not once the session start is added: it would wrap to 1677
+    "nvtx-end-past-int64": {"nvtx": [(10, 2**63 - 1, PUSHPOP, "r", GTID)]},
+    "nvtx-start-past-int64": {"nvtx": [(2**63 - 10, 2**63 - 5, PUSHPOP, "r", GTID)]},
     "nvtx-tid-text": {"nvtx": [(10, 20, PUSHPOP, "r", "main")]},
     "nvtx-text-blob": {"nvtx": [(10, 20, PUSHPOP, b"\xff\x00", GTID)]},
     "kernel-start-null": {"kernels": [_kernel(start=None)]},
