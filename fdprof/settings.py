@@ -109,7 +109,8 @@ def run_dir(env: Mapping[str, str] | None = None) -> str | None:
 
 
 def vllm_main_pid(env: Mapping[str, str] | None = None) -> int | None:
-    """``FDPROF_VLLM_MAIN_PID``: the vLLM process that owns the run (None: this one, if any)."""
+    """``FDPROF_VLLM_MAIN_PID``: the vLLM process that owns the run (None: not set, or not a
+    pid; then this process may be that one)."""
     text = _text(VLLM_MAIN_PID, env)
     return int(text) if text is not None and text.isdigit() else None
 

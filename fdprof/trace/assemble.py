@@ -68,17 +68,15 @@ def on_epoch(times: Any, offset: int, where: str, unset: bool = False) -> np.nda
     silently and reorder the trace, so the first such time is bad input, one line. ``unset``:
     negative times mean "never" (an open span's end) and stay -1."""
     times = np.asarray(times, dtype=np.int64)
-    never = times < 0 if unset else np.zeros(len(times), dtype=bool)
-    if offset > 0:
-        past = ~never & (times > _INT64.max - offset)
-    else:
-        past = ~never & (times < _INT64.min - offset)
+    past = times > _INT64.max - offset if offset > 0 else times < _INT64.min - offset
+    if unset:
+        past &= times >= 0
     if past.any():
         raise FdprofError(
             f"{where}: a time of {int(times[past][0]):,} ns does not fit in int64 once put on "
             f"the epoch ({offset:+,} ns)"
         )
-    return np.where(never, -1, times + offset) if unset else times + offset
+    return np.where(times < 0, -1, times + offset) if unset else times + offset
 
 
 def _drop_negative_durations(trace: Trace, cols: dict[str, Any]) -> np.ndarray:

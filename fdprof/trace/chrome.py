@@ -671,7 +671,9 @@ def _finish(trace: Trace, b: _Builder) -> Trace:
         "lane": cat("lane", object),
     }
     owners = _device_owners(b, syncs, pids)
-    spans["lane"] = C.scope_lanes(spans["lane"], remap_ints(pids, owners))
+    spans["lane"] = C.scope_lanes(
+        spans["lane"], remap_ints(pids, list(owners), list(owners.values()))
+    )
     unpaired = _bind_flows(spans, syncs)
     if unpaired:
         trace.warn(f"{unpaired} flow event(s) without the other end of their flow were ignored")

@@ -182,16 +182,16 @@ def rows(df: pd.DataFrame, columns: list[str]) -> Iterator[tuple]:
     return zip(*(df[c].tolist() for c in columns), strict=True)
 
 
-def remap_ints(values: Any, mapping: dict[int, int], missing: Any = None) -> np.ndarray:
-    """``values`` with each key of ``mapping`` replaced by its value, the others kept (or
-    taken from ``missing``), exact for every int64: a pandas ``map`` goes through float64 for
-    the misses, which rounds ids past 2^53 together and cannot hold 2^63 - 1."""
+def remap_ints(values: Any, keys: Any, new: Any, missing: Any = None) -> np.ndarray:
+    """``values`` with each of ``keys`` (unique) replaced by the ``new`` beside it, the others
+    kept (or taken from ``missing``), exact for every int64: a pandas ``map`` goes through
+    float64 for the misses, which rounds ids past 2^53 together and cannot hold 2^63 - 1."""
     values = np.asarray(values, dtype=np.int64)
     fallback = values if missing is None else np.asarray(missing, dtype=np.int64)
-    if not mapping or not len(values):
+    keys = np.asarray(keys, dtype=np.int64)
+    if not len(keys) or not len(values):
         return fallback
-    keys = np.fromiter(mapping.keys(), np.int64, len(mapping))
     order = np.argsort(keys)
-    keys, new = keys[order], np.fromiter(mapping.values(), np.int64, len(mapping))[order]
+    keys, new = keys[order], np.asarray(new, dtype=np.int64)[order]
     at = np.searchsorted(keys, values).clip(0, len(keys) - 1)
     return np.where(keys[at] == values, new[at], fallback)

@@ -112,8 +112,7 @@ def write(trace: Trace, path: str | Path) -> None:
         _spans(emit, spans, trace.attrs, tracks, role_of)
         lane_tracks = dict(tracks.lane_tracks)
         names = dict(tracks.names)
-        span_track = dict(zip(spans["span_id"].tolist(), tracks.span_tid.tolist(), strict=True))
-        _syncs(emit, syncs, lane_tracks, names, span_track)
+        _syncs(emit, syncs, lane_tracks, names, (spans["span_id"].to_numpy(), tracks.span_tid))
         for (pid, tid), name in names.items():
             emit(_thread_name(pid, tid, name))
         if (samples := trace.meta.get("pyspy")) is not None:
@@ -282,7 +281,7 @@ def _cats(sid: np.ndarray, attrs: Attrs) -> pa.Array:
     return _opt(have, '"cat":', _join(_json_texts(np.where(have, cats, None)), ","))
 
 
-def _syncs(emit, syncs: pd.DataFrame, lane_tracks: dict, names: dict, span_track: dict) -> None:
+def _syncs(emit, syncs: pd.DataFrame, lane_tracks: dict, names: dict, span_track: tuple) -> None:
     """The flows a trace came with, as flows; instants for every other sync event, and a flow
     arrow per release → acquire edge of those."""
     syncs = syncs.reset_index(drop=True)
@@ -328,7 +327,7 @@ def _syncs(emit, syncs: pd.DataFrame, lane_tracks: dict, names: dict, span_track
             )
 
 
-def _flows(emit, flows: pd.DataFrame, span_track: dict) -> None:
+def _flows(emit, flows: pd.DataFrame, span_track: tuple[np.ndarray, np.ndarray]) -> None:
     """Each flow event as a flow event (start ``s`` for a release, end ``f`` for an acquire)
     of its own category and id, on the track of the slice it is bound to, naming that slice
     (``sync.span``) so the reader binds it back to the same one."""
@@ -336,7 +335,7 @@ def _flows(emit, flows: pd.DataFrame, span_track: dict) -> None:
         return
     span = flows["span_id"].to_numpy(np.int64)
     tid = flows["tid"].to_numpy(np.int64)
-    track = remap_ints(span, span_track, missing=tid)
+    track = remap_ints(span, *span_track, missing=tid)  # (span ids, their tracks)
     cat = _json_texts(flows["obj"].str.slice(len(K.FLOW_OBJ)).to_numpy(object))
     release = (flows["op"] == "release").to_numpy(bool)
     texts = _join(
