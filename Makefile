@@ -55,7 +55,7 @@ test: system-deps $(STAMP) $(SCHEMA_STAMP) $(VLLM_STAMP)
 # every lock mode, DP=2 with EP and TP=2, several seeds, two workloads, each seeded fault:
 # no race, no corrupted block, no NaN/Inf, tokens equal to a reference run; a summary table
 regress: $(STAMP)
-	$(PY) -m engine.regress --out out/regress
+	$(PY) -m fdprof.regress --out out/regress
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

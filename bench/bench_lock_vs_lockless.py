@@ -21,11 +21,11 @@ import argparse
 import tempfile
 from pathlib import Path
 
-from engine.config import EngineConfig
-from engine.launcher import run_engine
 from fdprof.analysis.breakdown import ideal_speedup, step_breakdown
 from fdprof.analysis.device_time import device_overlap
 from fdprof.analysis.stats import geometric_mean_ci
+from fdprof.engine.config import EngineConfig
+from fdprof.engine.launcher import run_engine
 from fdprof.probe import ProbeConfig
 from fdprof.trace import load
 

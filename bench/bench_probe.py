@@ -76,8 +76,8 @@ def _device(mode: str, out_dir: str) -> float:
     the probe off (``device-off``) or recording (``device-on``); or the probe's own calls for
     one device span (the host's launch record, the stream's span, lane and launch acquire),
     without a stream (``device-probe``)."""
-    from engine.device import CpuDevice
     from fdprof import probe
+    from fdprof.engine.device import CpuDevice
     from fdprof.probe.device import StreamProbe
 
     p = probe.configure(probe.ProbeConfig(run_dir=None if mode == "device-off" else out_dir),

@@ -1,6 +1,6 @@
 """fdprof's vocabulary: span names, attribute keys, sync objects and roles, defined once.
 
-Every layer speaks these names: the engine's probe handles (``engine/instrument.py``), the
+Every layer speaks these names: the engine's probe handles (``fdprof/engine/instrument.py``), the
 vLLM adapter, the readers (``fdprof.trace``), the analyses, the reports, the dashboards and the
 OpenTelemetry export. Nothing else spells ``"execute_model"`` or ``"kv.gpu_read"``; a rename
 here is a rename everywhere (as ``fdprof.probe.metric_names`` is for metrics). Plain strings

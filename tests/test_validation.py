@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from engine.config import FAULTS, EngineConfig, fault_settings
-from engine.launcher import run_engine
 from fdprof.analysis.hazards import find_hazards
 from fdprof.analysis.whatif import what_if_drop_lock
+from fdprof.engine.config import FAULTS, EngineConfig, fault_settings
+from fdprof.engine.launcher import run_engine
 from fdprof.probe import ProbeConfig
 from fdprof.trace import load
 

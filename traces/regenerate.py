@@ -11,9 +11,9 @@ import shutil
 import sys
 from pathlib import Path
 
-from engine.config import FAULTS, EngineConfig
-from engine.launcher import run_engine
 from fdprof import semconv as S
+from fdprof.engine.config import FAULTS, EngineConfig
+from fdprof.engine.launcher import run_engine
 from fdprof.probe import ProbeConfig
 
 HERE = Path(__file__).resolve().parent

@@ -4,7 +4,7 @@ Why one protocol: the session (:mod:`fdprof.ab.session`) runs, times and judges 
 same way whatever produced it; a mode only has to leave a trace in the run directory it is
 given. A command gets it through ``FDPROF_RUN_DIR`` (``fdprof.probe.configure_from_env`` in
 each of its processes) and its pair index through ``FDPROF_AB_PAIR`` (to seed its workload);
-the built-in engine is run in this process by :func:`engine.launcher.run_engine`.
+the built-in engine is run in this process by :func:`fdprof.engine.launcher.run_engine`.
 """
 
 from __future__ import annotations
@@ -134,12 +134,12 @@ class EngineArm:
 
     key: str
     label: str
-    config: Any  # engine.config.EngineConfig (the engine is imported only when it runs)
+    config: Any  # fdprof.engine.config.EngineConfig (the engine is imported only when it runs)
     capture: CapturePlan
     what_if: bool = False
 
     def settings(self) -> dict[str, Any]:
-        from engine.workloads import sized_for_workload
+        from fdprof.engine.workloads import sized_for_workload
 
         cfg = sized_for_workload(self.config)
         return {
@@ -149,7 +149,7 @@ class EngineArm:
         }
 
     def run(self, run_dir: Path, pair: int) -> None:
-        from engine.launcher import run_engine
+        from fdprof.engine.launcher import run_engine
 
         cfg = replace(self.config, seed=self.config.seed + pair)
         probe_config = self.capture.probe_config(run_dir, cfg.kv_lock)

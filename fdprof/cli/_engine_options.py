@@ -11,7 +11,7 @@ from fdprof.cli import warn
 
 
 def add_engine_arguments(p: argparse.ArgumentParser, with_lock: bool = True) -> None:
-    from engine.config import DEVICES, FAULTS, KV_LOCKS, SWAP_INS, WORKLOADS
+    from fdprof.engine.config import DEVICES, FAULTS, KV_LOCKS, SWAP_INS, WORKLOADS
 
     if with_lock:
         p.add_argument(
@@ -101,7 +101,7 @@ def add_engine_arguments(p: argparse.ArgumentParser, with_lock: bool = True) -> 
 def engine_config(args: argparse.Namespace, kv_lock: str | None = None):
     """The EngineConfig of parsed options; ``kv_lock`` overrides ``--kv-lock`` (``ab`` sets it
     per run). A deprecated setting is reported on stderr, once."""
-    from engine.config import DeprecatedSetting, EngineConfig, resolve_kv_lock
+    from fdprof.engine.config import DeprecatedSetting, EngineConfig, resolve_kv_lock
 
     if importlib.util.find_spec("torch") is None:  # before any process starts
         raise ModuleNotFoundError("the engine runs its model on torch", name="torch")

@@ -81,8 +81,8 @@ def intact(results: dict) -> bool:
 
 
 def handle(args: argparse.Namespace) -> int:
-    from engine.launcher import run_engine
     from fdprof.capture import nsys
+    from fdprof.engine.launcher import run_engine
     from fdprof.report.progress import ProgressBar
 
     config = engine_config(args)

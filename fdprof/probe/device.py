@@ -4,7 +4,7 @@ Why: an asynchronous host call says nothing about when its work ran or what it w
 with. Each piece of device work is a span on its stream's lane (``fd.lane``, see
 :func:`fdprof.semconv.device_lane`) with its real execution interval, measured by whoever
 knows it: the CPU twin's stream thread as the work runs, CUDA timing events mapped to the host
-clock (``engine/device.py``; the mapping and its error are in docs/probe.md). The edges are
+clock (``fdprof/engine/device.py``; the mapping and its error are in docs/probe.md). The edges are
 exactly what a device guarantees, each a keyed sync (an object per stream or event, ``seq`` a
 per-object counter), so happens-before sees that and nothing more:
 

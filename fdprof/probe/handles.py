@@ -1,8 +1,8 @@
 """The probe handles of fdprof's vocabulary, made once at import from :mod:`fdprof.semconv`
 so the hot path passes small ids. Every instrumented engine uses these: ours
-(``engine/instrument.py`` re-exports them) and vLLM's through the adapter. The second argument
-of each name is its NVTX category, one per kind of work (step, request, swap, execute_model,
-lock, kv)."""
+(``fdprof/engine/instrument.py`` re-exports them) and vLLM's through the adapter. The second
+argument of each name is its NVTX category, one per kind of work (step, request, swap,
+execute_model, lock, kv)."""
 
 from fdprof import semconv as S
 from fdprof.probe.api import key, name, obj

@@ -14,11 +14,11 @@ import threading
 
 import pytest
 
-from engine.ipc import KvLock, PerThreadKvLock, RunPaths
 from fdprof import probe
 from fdprof.analysis.hazards import find_hazards
 from fdprof.analysis.locks import broken_locks, lock_holds
 from fdprof.cli import main
+from fdprof.engine.ipc import KvLock, PerThreadKvLock, RunPaths
 from fdprof.trace import load, save
 
 from .builder import TraceBuilder

@@ -11,9 +11,9 @@ import threading
 
 import pytest
 
-from engine.process import child_environment
 from fdprof import probe
 from fdprof.capture import nvtx as capture
+from fdprof.engine.process import child_environment
 from fdprof.errors import FdprofError
 from fdprof.trace.nvtx_capture import capture_files, read_file, read_nvtx_capture, sniff
 

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from engine.config import EngineConfig
-from engine.launcher import run_engine
+from fdprof.engine.config import EngineConfig
+from fdprof.engine.launcher import run_engine
 from fdprof.probe import ProbeConfig
 from fdprof.probe import records as R
 

@@ -1,6 +1,6 @@
 import pytest
 
-from engine.allocator import BlockAllocator, OutOfBlocks
+from fdprof.engine.allocator import BlockAllocator, OutOfBlocks
 
 
 def test_allocates_distinct_blocks_until_empty():

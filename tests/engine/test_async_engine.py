@@ -11,10 +11,10 @@ import sys
 import numpy as np
 import pytest
 
-from engine.config import ASYNC_FAULTS, EngineConfig, fault_settings
 from fdprof import semconv as S
 from fdprof.analysis.device_time import device_overlap, on_device
 from fdprof.analysis.hazards import find_hazards
+from fdprof.engine.config import ASYNC_FAULTS, EngineConfig, fault_settings
 from fdprof.errors import FdprofError
 from fdprof.trace import load
 from tests.engine.conftest import run

@@ -1,6 +1,6 @@
 import pytest
 
-from engine.config import DeprecatedSetting, EngineConfig, resolve_kv_lock
+from fdprof.engine.config import DeprecatedSetting, EngineConfig, resolve_kv_lock
 from fdprof.errors import FdprofError
 
 

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from engine.launcher import EngineCrashed
+from fdprof.engine.launcher import EngineCrashed
 from tests.engine.conftest import SHM, manifest, run
 
 

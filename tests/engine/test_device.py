@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 import torch
 
-from engine.device import CpuDevice, Device, DeviceError, open_device
 from fdprof import semconv as S
+from fdprof.engine.device import CpuDevice, Device, DeviceError, open_device
 from fdprof.probe import api
 
 WORK = api.name("work", S.CATEGORY_DEVICE)

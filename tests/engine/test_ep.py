@@ -6,9 +6,9 @@ from collections import Counter
 
 import pytest
 
-from engine.config import EngineConfig
-from engine.launcher import run_engine
 from fdprof import semconv as S
+from fdprof.engine.config import EngineConfig
+from fdprof.engine.launcher import run_engine
 from fdprof.probe import ProbeConfig
 from fdprof.probe import records as R
 from tests.engine.conftest import manifest, read_records

@@ -5,7 +5,7 @@ test machine, where steps run slower, still lands a write or read inside it."""
 
 import pytest
 
-from engine.config import FAULTS, fault_settings
+from fdprof.engine.config import FAULTS, fault_settings
 from tests.engine.conftest import manifest, run
 
 

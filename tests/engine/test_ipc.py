@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.ipc import RunPaths, pid_namespace, remove_stale, start_time
+from fdprof.engine.ipc import RunPaths, pid_namespace, remove_stale, start_time
 
 
 def own_name(pid: int, started: int, namespace: int | None = None, what: str = "control") -> str:
@@ -67,8 +67,8 @@ def test_another_users_file_in_dev_shm_does_not_stop_a_run(tmp_path):
     leaves it where it was."""
     import pwd
 
-    from engine.config import EngineConfig
-    from engine.launcher import run_engine
+    from fdprof.engine.config import EngineConfig
+    from fdprof.engine.launcher import run_engine
     from fdprof.probe import ProbeConfig
 
     nobody = pwd.getpwnam("nobody")

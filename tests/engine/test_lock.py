@@ -12,9 +12,9 @@ import time
 
 import pytest
 
-from engine.ipc import KvLock, PerThreadKvLock, RunPaths
 from fdprof import probe
 from fdprof.analysis.hazards import find_hazards
+from fdprof.engine.ipc import KvLock, PerThreadKvLock, RunPaths
 from fdprof.probe import ProbeConfig
 from fdprof.probe import records as R
 from fdprof.probe.run_manifest import write_run_manifest

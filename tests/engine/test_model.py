@@ -4,9 +4,9 @@ import random
 
 import torch
 
-from engine.config import EngineConfig
-from engine.integrity import IntegrityChecker, fingerprints
-from engine.model import Decoder, SeqInput
+from fdprof.engine.config import EngineConfig
+from fdprof.engine.integrity import IntegrityChecker, fingerprints
+from fdprof.engine.model import Decoder, SeqInput
 
 CFG = EngineConfig(layers=2, hidden=64, heads=4, kv_heads=2, head_dim=16, vocab=97, block_size=4)
 

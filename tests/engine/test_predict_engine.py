@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from engine.config import KV_LOCKS
 from fdprof.analysis.predict import predict_races
 from fdprof.analysis.whatif import what_if_drop_lock
 from fdprof.cli import main
+from fdprof.engine.config import KV_LOCKS
 from fdprof.trace import load
 from tests.engine.conftest import run
 

@@ -1,4 +1,4 @@
-from engine.prefix_cache import PrefixCache, block_hashes
+from fdprof.engine.prefix_cache import PrefixCache, block_hashes
 
 
 def test_hashes_cover_whole_prefixes():

@@ -4,7 +4,7 @@ fault, checked four ways."""
 
 import pytest
 
-from engine.regress import Suite, cases, summary
+from fdprof.regress import Suite, cases, summary
 
 pytestmark = pytest.mark.slow
 

@@ -5,9 +5,9 @@ from collections import Counter
 
 import pytest
 
-from engine.config import KV_LOCKS
-from engine.ipc import SEQ_STRIDE
 from fdprof import semconv as S
+from fdprof.engine.config import KV_LOCKS
+from fdprof.engine.ipc import SEQ_STRIDE
 from fdprof.probe import records as R
 from tests.engine.conftest import manifest, read_records, run
 

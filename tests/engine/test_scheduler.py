@@ -3,12 +3,12 @@ worker (it builds each StepResult by hand) and the transfer side (a port that re
 
 import pytest
 
-from engine.cache_manager import CacheManager
-from engine.config import EngineConfig
-from engine.messages import Batch, StepResult, SwapTask
-from engine.scheduler import Scheduler
-from engine.workloads import RequestSpec
 from fdprof import semconv as S
+from fdprof.engine.cache_manager import CacheManager
+from fdprof.engine.config import EngineConfig
+from fdprof.engine.messages import Batch, StepResult, SwapTask
+from fdprof.engine.scheduler import Scheduler
+from fdprof.engine.workloads import RequestSpec
 
 BS = 4
 CFG = EngineConfig(block_size=BS, gpu_blocks=12, cpu_blocks=16, max_batch=2, max_new_tokens=2)

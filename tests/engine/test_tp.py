@@ -5,10 +5,10 @@ from collections import Counter
 
 import pytest
 
-from engine.config import EngineConfig
-from engine.launcher import run_engine
-from engine.messages import TP_SEQ_STRIDE
 from fdprof.analysis.hazards import find_hazards
+from fdprof.engine.config import EngineConfig
+from fdprof.engine.launcher import run_engine
+from fdprof.engine.messages import TP_SEQ_STRIDE
 from fdprof.probe import ProbeConfig
 from fdprof.probe import records as R
 from fdprof.trace import load

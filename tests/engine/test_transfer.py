@@ -10,14 +10,14 @@ import threading
 import pytest
 import torch
 
-from engine.config import EngineConfig
-from engine.integrity import fingerprints
-from engine.ipc import Control, RunPaths, SwapSignal
-from engine.messages import SwapTask
-from engine.process import GroupQueues, ProcessContext
-from engine.transfer import Transfer, block_runs, create_device_cache
-from engine.worker import attach_device_cache
 from fdprof import semconv as S
+from fdprof.engine.config import EngineConfig
+from fdprof.engine.integrity import fingerprints
+from fdprof.engine.ipc import Control, RunPaths, SwapSignal
+from fdprof.engine.messages import SwapTask
+from fdprof.engine.process import GroupQueues, ProcessContext
+from fdprof.engine.transfer import Transfer, block_runs, create_device_cache
+from fdprof.engine.worker import attach_device_cache
 from fdprof.probe import ProbeConfig
 
 CFG = EngineConfig(layers=2, kv_heads=2, heads=2, head_dim=4, block_size=2, gpu_blocks=12,

@@ -2,8 +2,8 @@
 
 import pytest
 
-from engine.config import EngineConfig
-from engine.workloads import blocks_for, make_requests, sized_for_workload
+from fdprof.engine.config import EngineConfig
+from fdprof.engine.workloads import blocks_for, make_requests, sized_for_workload
 from tests.engine.conftest import run
 
 

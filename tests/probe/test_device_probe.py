@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from engine.device import CpuDevice
 from fdprof import probe
 from fdprof import semconv as S
 from fdprof.analysis.hazards import find_hazards
+from fdprof.engine.device import CpuDevice
 from fdprof.probe import handles as H
 from fdprof.probe import records as R
 from fdprof.probe.device import DEVICE_SPAN_BIT
@@ -199,8 +199,8 @@ def test_nvtx_ranges_of_device_work_carry_the_span_id(tmp_path):
     so a capture joins back to the recorded span and its lane."""
     import multiprocessing as mp
 
-    from engine.process import child_environment
     from fdprof.capture import nvtx as capture
+    from fdprof.engine.process import child_environment
     from fdprof.trace.nvtx_capture import read_nvtx_capture
 
     with child_environment(capture.injection_env(tmp_path)):

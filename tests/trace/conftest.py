@@ -10,22 +10,23 @@ from pathlib import Path
 
 import pytest
 
-# the engine's span vocabulary (engine/instrument.py), plus two keys only these tests use
-from engine.instrument import BATCH_SIZE as K_SIZE
-from engine.instrument import BLOCKS as K_BLOCKS
-from engine.instrument import CPU_WRITE as K_CPU_WRITE
-from engine.instrument import DIRECTION as K_DIR
-from engine.instrument import EXECUTE_MODEL as EXECUTE
-from engine.instrument import GPU_READ as K_GPU_READ
-from engine.instrument import GPU_WRITE as K_GPU_WRITE
-from engine.instrument import ISSUE_SWAP_TASK as ISSUE
-from engine.instrument import QUEUE_BATCH as Q_BATCH
-from engine.instrument import QUEUE_SWAP as Q_SWAP
-from engine.instrument import SIGNAL_SWAP_DONE as SIG_DONE
-from engine.instrument import STEP, SWAP
-from engine.instrument import STEP_ID as K_STEP
-from engine.instrument import TASK_ID as K_TASK
 from fdprof import probe
+
+# the engine's span vocabulary (fdprof/engine/instrument.py), plus two keys only these tests use
+from fdprof.engine.instrument import BATCH_SIZE as K_SIZE
+from fdprof.engine.instrument import BLOCKS as K_BLOCKS
+from fdprof.engine.instrument import CPU_WRITE as K_CPU_WRITE
+from fdprof.engine.instrument import DIRECTION as K_DIR
+from fdprof.engine.instrument import EXECUTE_MODEL as EXECUTE
+from fdprof.engine.instrument import GPU_READ as K_GPU_READ
+from fdprof.engine.instrument import GPU_WRITE as K_GPU_WRITE
+from fdprof.engine.instrument import ISSUE_SWAP_TASK as ISSUE
+from fdprof.engine.instrument import QUEUE_BATCH as Q_BATCH
+from fdprof.engine.instrument import QUEUE_SWAP as Q_SWAP
+from fdprof.engine.instrument import SIGNAL_SWAP_DONE as SIG_DONE
+from fdprof.engine.instrument import STEP, SWAP
+from fdprof.engine.instrument import STEP_ID as K_STEP
+from fdprof.engine.instrument import TASK_ID as K_TASK
 from fdprof.probe.config import ProbeConfig
 
 K_LAYERS = probe.key("kv.layers")

@@ -187,8 +187,8 @@ def _locked_run(run_dir) -> dict[str, int]:
     lock. Host-only, the lock orders them."""
     import threading
 
-    from engine.device import CpuDevice
     from fdprof import probe
+    from fdprof.engine.device import CpuDevice
     from fdprof.probe import handles as H
 
     run_dir.mkdir()

@@ -6,9 +6,9 @@ from __future__ import annotations
 import json
 import time
 
-from engine.device import CpuDevice
 from fdprof import probe
 from fdprof import semconv as S
+from fdprof.engine.device import CpuDevice
 from fdprof.probe import handles as H
 from fdprof.trace import load
 from fdprof.trace.perfetto import write

@@ -21,12 +21,12 @@ from pathlib import Path
 
 import numpy as np
 
-from engine.config import FAULTS, EngineConfig, fault_settings
-from engine.launcher import run_engine
-from engine.reference import compare_tokens, reference_config
-from engine.results import RunResults
 from fdprof import semconv as S
 from fdprof.analysis.hazards import find_hazards
+from fdprof.engine.config import FAULTS, EngineConfig, fault_settings
+from fdprof.engine.launcher import run_engine
+from fdprof.engine.reference import compare_tokens, reference_config
+from fdprof.engine.results import RunResults
 from fdprof.probe import ProbeConfig
 from fdprof.trace import load
 from fdprof.trace.model import Trace
@@ -225,7 +225,7 @@ def summary(outcomes: list[Outcome]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m engine.regress", description=__doc__)
+    ap = argparse.ArgumentParser(prog="python -m fdprof.regress", description=__doc__)
     ap.add_argument("--short", action="store_true", help="one seed of five cases (make test)")
     ap.add_argument("--out", type=Path, default=Path("out/regress"), help="run directories")
     ap.add_argument("--requests", type=int, default=None, help="requests per run")

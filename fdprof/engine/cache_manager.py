@@ -17,15 +17,15 @@ import itertools
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from engine import instrument as I
-from engine.allocator import BlockAllocator
-from engine.config import EngineConfig
-from engine.ipc import SEQ_STRIDE, TracedMutex
-from engine.messages import Fingerprint, SwapTask
-from engine.prefix_cache import Entry, PrefixCache, block_hashes
-from engine.results import SwapStats
 from fdprof import probe
 from fdprof import semconv as S
+from fdprof.engine import instrument as I
+from fdprof.engine.allocator import BlockAllocator
+from fdprof.engine.config import EngineConfig
+from fdprof.engine.ipc import SEQ_STRIDE, TracedMutex
+from fdprof.engine.messages import Fingerprint, SwapTask
+from fdprof.engine.prefix_cache import Entry, PrefixCache, block_hashes
+from fdprof.engine.results import SwapStats
 from fdprof.probe.context import format_traceparent, trace_id_for
 
 
@@ -61,7 +61,7 @@ class SwapPort(Protocol):
 
 
 class HoldLock(Protocol):
-    """The baseline's KV lock, held around a swap (``engine.ipc``'s flock locks)."""
+    """The baseline's KV lock, held around a swap (``fdprof.engine.ipc``'s flock locks)."""
 
     def held(self, parent: int = 0) -> contextlib.AbstractContextManager[int]: ...
 

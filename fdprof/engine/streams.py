@@ -9,7 +9,7 @@ process.
   copy, at the task id; the worker's compute stream waits on it before a forward reads the
   swapped-in blocks, and the transfer's host before it signals completion.
 
-Both are :class:`engine.device.SharedEvent`: generations in a slot file the supervisor makes
+Both are :class:`fdprof.engine.device.SharedEvent`: generations in a slot file the supervisor makes
 (``RunPaths.event``); on CUDA each is also an interprocess torch event, made by the transfer
 process and handed to the worker with the device pool.
 """
@@ -18,9 +18,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from engine.device import Device, SharedEvent, interprocess_event
-from engine.process import ProcessContext
 from fdprof import semconv as S
+from fdprof.engine.device import Device, SharedEvent, interprocess_event
+from fdprof.engine.process import ProcessContext
 
 #: the shared events' kinds, in the order the set-up message carries them
 KINDS = (S.COMPUTE_DONE_EVENT, S.SWAP_IN_EVENT)

@@ -1,15 +1,15 @@
 """The reference run: the same requests, seed, model and parallel layout, served without swaps
 (a device pool big enough that nothing is evicted) and without a seeded fault. A correct run's
 tokens equal the reference's exactly on the CPU: the model's products are batch-invariant
-(:mod:`engine.model`), so neither a swap round trip nor a different batching can change them;
+(:mod:`fdprof.engine.model`), so neither a swap round trip nor a different batching can change them;
 KV corrupted by a race does."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from engine.config import EngineConfig
-from engine.results import ReferenceCheck, RunResults
+from fdprof.engine.config import EngineConfig
+from fdprof.engine.results import ReferenceCheck, RunResults
 
 #: the reference run's directory inside the run directory
 REFERENCE_DIR = "reference"

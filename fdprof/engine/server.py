@@ -12,9 +12,11 @@ from __future__ import annotations
 import threading
 import time
 
-from engine import instrument as I
-from engine.cache_manager import CacheManager
-from engine.ipc import (
+from fdprof import probe
+from fdprof import semconv as S
+from fdprof.engine import instrument as I
+from fdprof.engine.cache_manager import CacheManager
+from fdprof.engine.ipc import (
     Control,
     KvLock,
     PerThreadKvLock,
@@ -23,13 +25,11 @@ from engine.ipc import (
     TransferPort,
     recv,
 )
-from engine.messages import Batch, StepResult, merge_shards, tp_seq
-from engine.process import ProcessContext
-from engine.results import EngineStats
-from engine.scheduler import Scheduler
-from engine.workloads import make_requests
-from fdprof import probe
-from fdprof import semconv as S
+from fdprof.engine.messages import Batch, StepResult, merge_shards, tp_seq
+from fdprof.engine.process import ProcessContext
+from fdprof.engine.results import EngineStats
+from fdprof.engine.scheduler import Scheduler
+from fdprof.engine.workloads import make_requests
 
 #: longest the scheduler waits for one eviction pass (a pass that cannot free enough ends early)
 ROOM_WAIT_S = 2.0

@@ -19,14 +19,14 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from engine import instrument as I
-from engine.cache_manager import Admission, CacheManager
-from engine.config import EngineConfig
-from engine.ipc import SEQ_STRIDE
-from engine.messages import Batch, BatchSeq, StepResult
-from engine.prefix_cache import Entry, block_hashes
-from engine.workloads import RequestSpec, blocks_for
 from fdprof import probe
+from fdprof.engine import instrument as I
+from fdprof.engine.cache_manager import Admission, CacheManager
+from fdprof.engine.config import EngineConfig
+from fdprof.engine.ipc import SEQ_STRIDE
+from fdprof.engine.messages import Batch, BatchSeq, StepResult
+from fdprof.engine.prefix_cache import Entry, block_hashes
+from fdprof.engine.workloads import RequestSpec, blocks_for
 from fdprof.probe.context import format_traceparent, trace_id_for
 
 

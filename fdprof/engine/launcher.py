@@ -22,11 +22,13 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Protocol
 
-from engine.config import EngineConfig
-from engine.ipc import Control, RunPaths, SwapSignal, create_shm_file, remove_stale
-from engine.process import GroupQueues, ProcessContext, child_environment, child_main
-from engine.reference import REFERENCE_DIR, TOKENS_FILE, compare_tokens, reference_config
-from engine.results import (
+from fdprof import files, interrupts
+from fdprof import semconv as S
+from fdprof.engine.config import EngineConfig
+from fdprof.engine.ipc import Control, RunPaths, SwapSignal, create_shm_file, remove_stale
+from fdprof.engine.process import GroupQueues, ProcessContext, child_environment, child_main
+from fdprof.engine.reference import REFERENCE_DIR, TOKENS_FILE, compare_tokens, reference_config
+from fdprof.engine.results import (
     EngineStats,
     IntegrityStats,
     ProcessRecord,
@@ -34,9 +36,7 @@ from engine.results import (
     StepLatency,
     SwapStats,
 )
-from engine.workloads import sized_for_workload
-from fdprof import files, interrupts
-from fdprof import semconv as S
+from fdprof.engine.workloads import sized_for_workload
 from fdprof.errors import FdprofError
 from fdprof.probe import ProbeConfig
 
@@ -256,7 +256,7 @@ def run_engine(
     Returns the results (their ``to_json()`` is also written into ``run.json``, each request's
     tokens into ``tokens.json``). ``env`` is added to the children's environment (e.g. NVTX
     injection). With ``reference``, the same seed is then served without swaps into
-    ``<run dir>/reference`` and the tokens compared (:mod:`engine.reference`). Raises
+    ``<run dir>/reference`` and the tokens compared (:mod:`fdprof.engine.reference`). Raises
     :class:`EngineCrashed` if a process dies.
     """
     if probe_config.run_dir is None:

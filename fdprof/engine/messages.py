@@ -1,7 +1,7 @@
 """The plain-data messages between the engine's processes (lists and ints, never tensors).
 
-A block's fingerprint (:mod:`engine.integrity`) is one int per TP rank: each rank's pool holds
-its own shard of the block (``Fingerprint``, a tuple of ``tp`` ints). Sync sequence numbers of
+A block's fingerprint (:mod:`fdprof.engine.integrity`) is one int per TP rank: each rank's pool
+holds its own shard of the block (``Fingerprint``, a tuple of ``tp`` ints). Sync sequence numbers of
 TP rank ``t`` are offset by ``t * TP_SEQ_STRIDE`` (:func:`tp_seq`) where each rank sends or
 receives its own copy of a message, so every release has exactly one matching acquire.
 """

@@ -11,7 +11,7 @@ import math
 
 import torch
 
-from engine.results import IntegrityStats
+from fdprof.engine.results import IntegrityStats
 
 
 def _blocks(pool: torch.Tensor, ids: list[int]) -> torch.Tensor:

@@ -40,7 +40,7 @@ class SwapStats(Counts):
 
 @dataclass
 class IntegrityStats(Counts):
-    """What the KV checks found (:mod:`engine.integrity`): blocks compared with their
+    """What the KV checks found (:mod:`fdprof.engine.integrity`): blocks compared with their
     fingerprints, those that differed, and non-finite values seen."""
 
     blocks_checked: int = 0

@@ -30,8 +30,8 @@ from dataclasses import dataclass
 
 import torch
 
-from engine.collectives import Collective
-from engine.config import EngineConfig
+from fdprof.engine.collectives import Collective
+from fdprof.engine.config import EngineConfig
 
 #: fewest rows a matrix product is given (see the module docstring)
 MIN_ROWS = 8

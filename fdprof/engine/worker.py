@@ -27,19 +27,19 @@ from dataclasses import dataclass, field
 
 import torch
 
-from engine import instrument as I
-from engine.collectives import Collective
-from engine.device import Device, DeviceError, SharedEvent, open_device
-from engine.integrity import IntegrityChecker, fingerprint_tensor, fingerprints, run_sums
-from engine.ipc import KvLock, Stopped, recv
-from engine.kv_pool import map_pool
-from engine.messages import Batch, StepResult, tp_seq
-from engine.model import Decoder, SeqInput
-from engine.process import ProcessContext
-from engine.results import WorkerStats
-from engine.streams import shared_events
 from fdprof import probe
 from fdprof import semconv as S
+from fdprof.engine import instrument as I
+from fdprof.engine.collectives import Collective
+from fdprof.engine.device import Device, DeviceError, SharedEvent, open_device
+from fdprof.engine.integrity import IntegrityChecker, fingerprint_tensor, fingerprints, run_sums
+from fdprof.engine.ipc import KvLock, Stopped, recv
+from fdprof.engine.kv_pool import map_pool
+from fdprof.engine.messages import Batch, StepResult, tp_seq
+from fdprof.engine.model import Decoder, SeqInput
+from fdprof.engine.process import ProcessContext
+from fdprof.engine.results import WorkerStats
+from fdprof.engine.streams import shared_events
 
 
 def attach_device_cache(ctx: ProcessContext) -> tuple[str, torch.Tensor, dict | None]:

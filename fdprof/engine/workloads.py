@@ -13,7 +13,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from engine.config import EngineConfig
+from fdprof.engine.config import EngineConfig
 
 PREFIXES = 12
 PREFIX_BLOCKS = 4

@@ -22,9 +22,9 @@ from pathlib import Path
 
 import numpy as np
 
-from engine import instrument as I
-from engine.messages import tp_seq
 from fdprof import probe
+from fdprof.engine import instrument as I
+from fdprof.engine.messages import tp_seq
 
 SHM_DIR = Path("/dev/shm")
 SIGNAL_SLOTS = 1 << 14
@@ -287,10 +287,10 @@ class PerThreadKvLock:
 
 
 class TransferPort:
-    """The cache manager's :class:`~engine.cache_manager.SwapPort` in the engine process: a task
-    goes on the queue of every TP rank's transfer process (``queue:swap`` released, seq = the
-    rank's :func:`~engine.messages.tp_seq` of the task id) and is done once every rank has set
-    its completion signal."""
+    """The cache manager's :class:`~fdprof.engine.cache_manager.SwapPort` in the engine
+    process: a task goes on the queue of every TP rank's transfer process (``queue:swap``
+    released, seq = the rank's :func:`~fdprof.engine.messages.tp_seq` of the task id) and is
+    done once every rank has set its completion signal."""
 
     def __init__(self, swap_qs: list, signals: list[SwapSignal], control: Control) -> None:
         self._qs = swap_qs

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import torch
 
-from engine.config import EngineConfig
+from fdprof.engine.config import EngineConfig
 
 
 def map_pool(path: Path, cfg: EngineConfig, num_blocks: int) -> torch.Tensor:

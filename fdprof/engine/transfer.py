@@ -17,17 +17,17 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 import torch
 
-from engine import instrument as I
-from engine.device import Device, DeviceError, Event, SharedEvent, open_device
-from engine.integrity import IntegrityChecker
-from engine.ipc import SwapSignal, create_shm_file, recv
-from engine.kv_pool import host_pool, map_pool, resolve_device
-from engine.messages import SwapTask, tp_seq
-from engine.process import ProcessContext
-from engine.results import IntegrityStats, WorkerStats
-from engine.streams import ipc_events, shared_events
 from fdprof import probe
 from fdprof import semconv as S
+from fdprof.engine import instrument as I
+from fdprof.engine.device import Device, DeviceError, Event, SharedEvent, open_device
+from fdprof.engine.integrity import IntegrityChecker
+from fdprof.engine.ipc import SwapSignal, create_shm_file, recv
+from fdprof.engine.kv_pool import host_pool, map_pool, resolve_device
+from fdprof.engine.messages import SwapTask, tp_seq
+from fdprof.engine.process import ProcessContext
+from fdprof.engine.results import IntegrityStats, WorkerStats
+from fdprof.engine.streams import ipc_events, shared_events
 
 
 def block_runs(src: list[int], dst: list[int]) -> list[tuple[int, int, int]]:

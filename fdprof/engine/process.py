@@ -13,13 +13,17 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from engine.config import EngineConfig
-from engine.ipc import Control, RunPaths, Stopped, stop_this_process
 from fdprof import probe
+from fdprof.engine.config import EngineConfig
+from fdprof.engine.ipc import Control, RunPaths, Stopped, stop_this_process
 from fdprof.probe import ProbeConfig
 
 #: role -> module whose ``serve(ctx)`` is the process's main loop (it returns its statistics)
-ROLES = {"engine": "engine.server", "transfer": "engine.transfer", "worker": "engine.worker"}
+ROLES = {
+    "engine": "fdprof.engine.server",
+    "transfer": "fdprof.engine.transfer",
+    "worker": "fdprof.engine.worker",
+}
 
 
 @dataclass(frozen=True)
