@@ -50,6 +50,12 @@ SWAP_COPY = "swap_copy"
 #: copy out of it (``--device-async``)
 SWAP_STAGE = "swap_stage"
 
+#: Cache Manager V1's worker (docs/engine.md): one layer of the forward pass, begun once the
+#: layer's swap-in event has been waited for, with that layer's KV accesses (``kv.layers``);
+#: and the reads of whole blocks after the last layer (fingerprint checks, NaN/Inf counts)
+FORWARD_LAYER = "forward_layer"
+KV_CHECK = "kv_check"
+
 #: spans whose time is compute, swapping, or the lock, as the analyses group them
 COMPUTE_SPANS = (EXECUTE_MODEL,)
 SWAP_SPANS = (SWAP,)
@@ -178,6 +184,13 @@ DEVICE_EVENT_PREFIX = "event:"
 #: copied (generation: the task id), one of each per DP group and TP rank
 COMPUTE_DONE_EVENT = "compute"
 SWAP_IN_EVENT = "swap_in"
+
+
+def layer_loaded_event(layer: int) -> str:
+    """The kind of Cache Manager V1's per-layer swap-in event: recorded on the transfer's input
+    stream after a load's copy of ``layer`` (generation: the load's task id), waited for by the
+    worker before that layer's attention (``event:swap_in.layer<l>/dp<r>/tp<t>``)."""
+    return f"{SWAP_IN_EVENT}.layer{layer}"
 
 
 def engine_event(kind: str, dp_rank: int, tp_rank: int) -> str:

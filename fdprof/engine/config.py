@@ -7,6 +7,7 @@ import os
 import warnings
 from dataclasses import asdict, dataclass, replace
 
+from fdprof import semconv as S
 from fdprof.errors import FdprofError
 
 #: ipc: the baseline as FastDeploy ran it (one descriptor shared by the cache manager's
@@ -15,10 +16,15 @@ from fdprof.errors import FdprofError
 KV_LOCKS = ("ipc", "ipc-per-thread", "none")
 LOCKED = ("ipc", "ipc-per-thread")
 DEVICES = ("auto", "cpu", "cuda")
-WORKLOADS = ("prefix-swap", "swap-heavy", "no-swap")
+WORKLOADS = ("prefix-swap", "swap-heavy", "no-swap", "nested-prefix")
 #: sync: admission waits for a request's swap-in (FastDeploy's is_sync=True); async: the
 #: request waits in its own state while the others run
 SWAP_INS = ("sync", "async")
+#: old: the path FastDeploy's lock guarded (whole-block swaps, completion awaited; the lock
+#: A/B's subject); v1: Cache Manager V1 (FastDeploy PR #7097): swap-ins layer by layer on an
+#: input stream with an event per layer the forward waits on just before that layer's
+#: attention, swap-outs on an output stream without a host wait (docs/engine.md)
+CACHE_MANAGERS = ("old", "v1")
 #: the asynchronous engine's faults (``--device-async``), after bugs engines shipped:
 #: store-before-compute-done (vLLM #45704: a store copies blocks the compute stream is still
 #: writing; needs ``--store-on-fill``), foreign-stream-write (LMCache PR #2671: a swap-in
@@ -26,20 +32,70 @@ SWAP_INS = ("sync", "async")
 #: reuse-staging-buffer (TensorRT-LLM PR #15546: the staging buffer refilled while the copy
 #: out of it is in flight; needs ``--swap-in async``, where swap-ins overlap)
 ASYNC_FAULTS = ("store-before-compute-done", "foreign-stream-write", "reuse-staging-buffer")
-FAULTS = ("no-wait-swap-in", "free-before-swap-out", "ack-before-copy", *ASYNC_FAULTS)
-#: what each asynchronous fault needs besides ``device_async`` (see ASYNC_FAULTS)
+#: Cache Manager V1's faults (``--cache-manager v1``), the field's fixed bugs as a zoo: see
+#: FAULT_HELP for what each breaks and the public bug it reproduces
+V1_FAULTS = ("v1-wrong-layer-event", "load-back-unfenced", "compute-races-store",
+             "shared-prefix-streams")  # fmt: skip
+FAULTS = ("no-wait-swap-in", "free-before-swap-out", "ack-before-copy", *ASYNC_FAULTS, *V1_FAULTS)
+#: what each fault breaks and, for those after a public bug, which one (``--help``, docs)
+FAULT_HELP: dict[str, str] = {
+    "no-wait-swap-in": "the scheduler does not wait for a swap-in before scheduling its request",
+    "free-before-swap-out": "evicted blocks return to the free list when the copy-out is issued",
+    "ack-before-copy": "the transfer process signals completion before it copies",
+    "store-before-compute-done": "vLLM #45704 (fixed by PR #46278): a store copies blocks the "
+    "compute stream is still writing",
+    "foreign-stream-write": "LMCache PR #2671: a swap-in is written on a stream the worker's "
+    "event does not cover",
+    "reuse-staging-buffer": "TensorRT-LLM PR #15546: the pinned staging buffer is refilled "
+    "while the copy out of it is in flight",
+    "v1-wrong-layer-event": "Cache Manager V1's per-layer wait (FastDeploy PR #7097, "
+    "LayerDoneCounter.wait_for_layer) is off by one: layer l waits on layer l-1's event, so "
+    "its attention reads blocks whose layer-l copy is still in flight",
+    "load-back-unfenced": "SGLang PR #36738: a load back from the host tier is not fenced "
+    "behind the forward that still uses the blocks it overwrites (blocks freed early by "
+    "overlap scheduling)",
+    "compute-races-store": "SGLang #20611: under memory pressure V1 writes the blocks a step "
+    "fills back to the host, and the copy does not wait for the kernel that writes them",
+    "shared-prefix-streams": "LMCache PR #2706: a load moves whole transfer chunks from the "
+    "chunk boundary instead of the first block not on the device, so with a chunk that is "
+    "not the block size it writes a prefix block another request holds (its tests missed it: "
+    "chunk = block)",
+}
+#: the settings each fault needs (it turns them on itself; docs/engine.md, "Faults")
 _FAULT_NEEDS: dict[str, dict] = {
-    "store-before-compute-done": {"store_on_fill": True},
-    "reuse-staging-buffer": {"swap_in": "async"},
+    "store-before-compute-done": {"device_async": True, "store_on_fill": True},
+    "foreign-stream-write": {"device_async": True},
+    "reuse-staging-buffer": {"device_async": True, "swap_in": "async"},
+    **{fault: {"cache_manager": "v1"} for fault in V1_FAULTS},
+    "shared-prefix-streams": {"cache_manager": "v1", "chunk_tokens": 24},
+}
+#: the load each fault's reproduction runs under (``make regress``, the tests, the GPU check),
+#: as the field's bugs showed only under pressure: a device pool half the prefixes' size
+FAULT_PRESSURE: dict[str, dict] = {
+    "compute-races-store": {"workload": "swap-heavy"},
+    "load-back-unfenced": {"workload": "swap-heavy"},
+    "shared-prefix-streams": {"workload": "nested-prefix"},
+}
+#: where a fault's delay widens its window: before each copy (default), in the worker's forward
+#: (a slow kernel the copy should have waited for), or nowhere (the fault needs no window)
+_FAULT_WINDOW: dict[str, str | None] = {
+    "store-before-compute-done": "compute",
+    "compute-races-store": "compute",
+    "load-back-unfenced": "compute",
+    "shared-prefix-streams": None,
 }
 
 
-def fault_settings(fault: str) -> dict:
-    """The EngineConfig settings under which ``fault`` runs: none for the synchronous engine's
-    faults; ``device_async`` (and what else it needs) for the asynchronous engine's."""
-    if fault not in ASYNC_FAULTS:
-        return {}
-    return {"device_async": True, **_FAULT_NEEDS.get(fault, {})}
+def fault_modes(cfg: EngineConfig) -> dict:
+    """The settings ``cfg``'s fault turned on, as they are in ``cfg`` (run.json, the report)."""
+    return {name: getattr(cfg, name) for name in fault_settings(cfg.fault)}
+
+
+def fault_settings(fault: str | None) -> dict:
+    """The EngineConfig settings ``fault`` needs (and turns on itself): none for the
+    synchronous engine's faults; ``device_async`` (and what else it needs) for the
+    asynchronous engine's; ``cache_manager="v1"`` for V1's."""
+    return dict(_FAULT_NEEDS.get(fault, {})) if fault else {}
 
 
 #: the pre-fdprof switches of the baseline lock, still honoured: FastDeploy PR #6724 names the
@@ -68,6 +124,11 @@ class EngineConfig:
     #: experts each DP group's worker holds under ``ep``
     experts_per_rank: int = 2
     swap_in: str = "sync"
+    #: ``old`` or ``v1`` (CACHE_MANAGERS)
+    cache_manager: str = "old"
+    #: Cache Manager V1's transfer chunk in tokens (None: the block size); a copy is split at
+    #: chunk boundaries of the request's tokens, as LMCache moves chunks of 256
+    chunk_tokens: int | None = None
     fault: str | None = None
     #: asynchronous device work (docs/engine.md, "Asynchronous device work"): the worker's
     #: forward pass and the transfer's copies are queued on streams and ordered by events
@@ -102,6 +163,8 @@ class EngineConfig:
     max_new_tokens: int = 16
 
     def __post_init__(self) -> None:
+        self._turn_on_fault_needs()
+        v1 = self.cache_manager == "v1"
         checks = [
             (self.kv_lock in KV_LOCKS, f"--kv-lock must be one of {', '.join(KV_LOCKS)}"),
             (self.device in DEVICES, f"--device must be one of {', '.join(DEVICES)}"),
@@ -143,16 +206,21 @@ class EngineConfig:
                 "--device-async runs with --tp 1 and without --ep",
             ),
             (
-                self.fault not in ASYNC_FAULTS or self.device_async,
-                f"--fault {self.fault} needs --device-async",
+                self.cache_manager in CACHE_MANAGERS,
+                f"--cache-manager must be one of {', '.join(CACHE_MANAGERS)}",
             ),
             (
-                self.fault != "store-before-compute-done" or self.store_on_fill,
-                "--fault store-before-compute-done needs --store-on-fill",
+                not v1 or (self.swap_in == "sync" and not self.device_async),
+                "--cache-manager v1 runs without --swap-in async and --device-async (its "
+                "swap-ins are asynchronous by design; its worker waits per layer)",
             ),
             (
-                self.fault != "reuse-staging-buffer" or self.swap_in == "async",
-                "--fault reuse-staging-buffer needs --swap-in async (swap-ins overlap only there)",
+                self.chunk_tokens is None or self.chunk_tokens >= 1,
+                "--chunk-tokens must be at least 1",
+            ),
+            (
+                self.fault is None or (self.fault in V1_FAULTS) == v1,
+                f"--fault {self.fault} runs on the old cache manager",
             ),
             (self.max_new_tokens >= 1, "max_new_tokens must be at least 1"),
             (self.heads % self.kv_heads == 0, "heads must be a multiple of kv_heads"),
@@ -161,6 +229,34 @@ class EngineConfig:
             if not ok:
                 raise FdprofError(message)
 
+    def _turn_on_fault_needs(self) -> None:
+        """Turn on the settings this config's fault needs (a fault runs as ``fdprof run
+        --fault NAME`` alone); a transfer chunk other than the block size is kept (what
+        shared-prefix-streams needs is only that it is not the block size)."""
+        for name, value in fault_settings(self.fault).items():
+            if name != "chunk_tokens" or self.chunk == self.block_size:
+                object.__setattr__(self, name, value)
+
+    @property
+    def chunk(self) -> int:
+        """Cache Manager V1's transfer chunk in tokens."""
+        return self.chunk_tokens or self.block_size
+
+    @property
+    def v1(self) -> bool:
+        return self.cache_manager == "v1"
+
+    @property
+    def event_kinds(self) -> tuple[str, ...]:
+        """The kinds of shared event (:mod:`fdprof.engine.streams`) each TP rank of this engine
+        has, in the order the set-up message carries them: none on the synchronous old path."""
+        if self.v1:
+            layers = (S.layer_loaded_event(layer) for layer in range(self.layers))
+            return (S.COMPUTE_DONE_EVENT, *layers)
+        if self.device_async:
+            return (S.COMPUTE_DONE_EVENT, S.SWAP_IN_EVENT)
+        return ()
+
     @property
     def fault_delay_s(self) -> float:
         if self.fault_delay_ms is not None:
@@ -168,16 +264,21 @@ class EngineConfig:
         return 0.15 if self.fault else 0.0
 
     @property
+    def _window(self) -> str | None:
+        return _FAULT_WINDOW.get(self.fault, "copy") if self.fault else None
+
+    @property
     def copy_delay_s(self) -> float:
-        """How long the transfer waits before each copy; store-before-compute-done slows the
-        worker's forward pass instead (a slow kernel the store should have waited for)."""
-        return 0.0 if self.fault == "store-before-compute-done" else self.fault_delay_s
+        """How long the transfer waits before each copy (V1: before each layer's copy of a
+        swap-in, a share of it); some faults slow the worker's forward instead (a slow kernel
+        the copy should have waited for), shared-prefix-streams nothing."""
+        return self.fault_delay_s if self._window == "copy" else 0.0
 
     @property
     def compute_delay_s(self) -> float:
         """How long the worker's forward waits (on its stream) before a step that fills
-        blocks: store-before-compute-done's window."""
-        return self.fault_delay_s if self.fault == "store-before-compute-done" else 0.0
+        blocks: the window of the faults whose copy should have waited for the kernel."""
+        return self.fault_delay_s if self._window == "compute" else 0.0
 
     @property
     def locked(self) -> bool:

@@ -247,6 +247,18 @@ class SharedEvent(Event):
         while not self._reached(generation):
             time.sleep(SHARED_POLL_S)
 
+    def record_host(self, generation: int) -> None:
+        """Record ``generation`` from the host, after everything this thread has done so far
+        (a synchronous worker's step, which ran on the host or on the current stream): the
+        thread releases the event's object there, then publishes the generation."""
+        self._mark_host()
+        generation = self._next_record(generation)
+        self._probe.release(self.obj, generation)
+        self._publish(generation)
+
+    def _mark_host(self) -> None:
+        """CUDA: record the device event on the current stream (CPU: nothing is queued)."""
+
 
 class CpuSharedEvent(SharedEvent):
     """CPU twin: the slot holds the highest generation whose marker has executed."""
@@ -390,6 +402,9 @@ class CudaSharedEvent(SharedEvent):
     def __init__(self, probe: Probe, name: str, slot: Path, torch_event: Any) -> None:
         super().__init__(probe, name, slot)
         self.torch_event = torch_event
+
+    def _mark_host(self) -> None:
+        self.torch_event.record(torch.cuda.current_stream())
 
     def _host_wait(self, generation: int) -> None:
         self._poll(generation)

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from fdprof.engine.config import EngineConfig
 from fdprof.engine.results import ReferenceCheck, RunResults
+from fdprof.engine.workloads import without_swaps
 
 #: the reference run's directory inside the run directory
 REFERENCE_DIR = "reference"
@@ -18,9 +19,19 @@ TOKENS_FILE = "tokens.json"
 
 
 def reference_config(cfg: EngineConfig) -> EngineConfig:
-    """``cfg`` without swaps, faults or lock (the lock changes timing, never tokens)."""
-    return cfg.with_(
-        workload="no-swap", fault=None, fault_delay_ms=None, kv_lock="none", swap_in="sync"
+    """``cfg`` without swaps, faults or lock, on the synchronous old path: the lock, the cache
+    manager and asynchronous device work change timing, never tokens (so runs that differ only
+    in them share a reference)."""
+    return without_swaps(cfg).with_(
+        fault=None,
+        fault_delay_ms=None,
+        kv_lock="none",
+        swap_in="sync",
+        cache_manager="old",
+        chunk_tokens=None,
+        device_async=False,
+        sync_before_unlock=False,
+        store_on_fill=False,
     )
 
 

@@ -115,6 +115,10 @@ class RunResults:
     outputs: dict[int, list[int]] = field(default_factory=dict, repr=False)
     #: the tokens compared with a run of the same seed without swaps (``--reference``)
     reference: ReferenceCheck | None = None
+    #: ``old`` or ``v1``
+    cache_manager: str = "old"
+    #: the settings the fault turned on itself (``{"device_async": true, ...}``; empty: none)
+    fault_modes: dict = field(default_factory=dict)
 
     def to_json(self) -> dict:
         out = {k: getattr(self, k) for k in self.__dataclass_fields__ if k != "outputs"}

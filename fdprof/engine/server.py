@@ -17,6 +17,7 @@ from fdprof import semconv as S
 from fdprof.engine import instrument as I
 from fdprof.engine.cache_manager import CacheManager
 from fdprof.engine.ipc import (
+    POLL_S,
     Control,
     KvLock,
     PerThreadKvLock,
@@ -86,6 +87,9 @@ class BackgroundEviction:
                     this = self._started
                 while not self._done.is_set() and self._cm.evict_once():
                     pass
+                while not self._done.is_set() and self._cm.evicting:  # V1: until they land
+                    time.sleep(POLL_S)
+                    self._cm.poll_evictions()
                 with self._passes:
                     self._finished = this
                     self._passes.notify_all()
