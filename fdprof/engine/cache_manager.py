@@ -197,10 +197,13 @@ class CacheManager:
         with self.mutex:
             matched = self.cache.match(hashes)
             resident = sum(1 for e in matched if e.gpu is not None or e.swapping_in)
-            # V1: loads take blocks a finishing request gives back only when the free list is
-            # short (their copy must wait for its last step)
+            # V1 without the lock: loads take blocks a finishing request gives back only when
+            # the free list is short (their copy waits for its last step; under the lock, which
+            # the cache manager holds until a swap has completed, that wait could deadlock
+            # with the worker waiting for the lock to run that very step)
             short = max(0, blocks_needed - resident - self.gpu.num_free)
-            reused = list(self._reusable)[: min(short, len(matched) - resident)]
+            reusable = self._reusable if not self.cfg.locked else {}
+            reused = list(reusable)[: min(short, len(matched) - resident)]
             new = blocks_needed - resident - len(reused)
             if self.gpu.num_free < new:
                 return None

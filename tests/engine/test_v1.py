@@ -132,6 +132,27 @@ def test_overlap_scheduling_fences_a_load_into_a_finishing_requests_blocks():
     assert cm.gpu.num_free == free + len(own - set(load.gpu_blocks)), "the rest come back"
 
 
+def test_with_the_lock_a_load_never_waits_for_a_step():
+    """Under the lock the cache manager holds it until a swap has completed; a load waiting for
+    a step the worker needs the lock to run would deadlock, so V1 with the lock takes only
+    free blocks for its loads (as the old baseline does)."""
+    cfg = V1.with_(gpu_blocks=9, max_batch=1, kv_lock="ipc")
+    sched, cm, port = engine([RequestSpec(0, [*PREFIX, 1], 2)], cfg)
+    serve(sched)
+    cm.want_free(cm.gpu.num_free + 3)
+    while cm.evict_once():  # synchronous under the lock: done when issued
+        pass
+    sched = Scheduler(cfg, 0, [RequestSpec(1, [1, 2, 3, 4, 5, 6, 7, 8, 9], 1),
+                               RequestSpec(2, [*PREFIX, 2], 1)], cm)  # fmt: skip
+    sched.admit()
+    last = sched.schedule()
+    cm.gpu.allocate(cm.gpu.num_free - 2)
+    sched.admit()  # not enough free blocks without the finishing request's: it waits
+    assert all(t.after_step == 0 for t in port.tasks)
+    sched.update(last, answer(last))
+    assert sched.admit() == [2] and port.tasks[-1].after_step == 0
+
+
 @pytest.mark.parametrize("fault", V1_FAULTS)
 def test_a_v1_fault_turns_on_what_it_needs_and_says_so(fault):
     cfg = EngineConfig(fault=fault)
