@@ -52,14 +52,14 @@ FAULT_HELP: dict[str, str] = {
     "LayerDoneCounter.wait_for_layer) is off by one: layer l waits on layer l-1's event, so "
     "its attention reads blocks whose layer-l copy is still in flight",
     "load-back-unfenced": "SGLang PR #36738: a load back from the host tier is not fenced "
-    "behind the forward that still uses the blocks it overwrites (blocks freed early by "
-    "overlap scheduling)",
+    "behind the forward that still uses the blocks it overwrites (a finishing request's "
+    "blocks, which overlap scheduling hands to the load while its last step runs)",
     "compute-races-store": "SGLang #20611: under memory pressure V1 writes the blocks a step "
     "fills back to the host, and the copy does not wait for the kernel that writes them",
-    "shared-prefix-streams": "LMCache PR #2706: a load moves whole transfer chunks from the "
-    "chunk boundary instead of the first block not on the device, so with a chunk that is "
-    "not the block size it writes a prefix block another request holds (its tests missed it: "
-    "chunk = block)",
+    "shared-prefix-streams": "LMCache PR #2706: a load places its pieces from the transfer "
+    "chunk's boundary instead of from the first block not on the device, so with a chunk that "
+    "is not the block size it writes into a prefix block another request holds and reads "
+    "(LMCache's tests missed it: their chunk was the block size)",
 }
 #: the settings each fault needs (it turns them on itself; docs/engine.md, "Faults")
 _FAULT_NEEDS: dict[str, dict] = {

@@ -267,6 +267,7 @@ class LayeredWorker(Worker):
                 self.pool, plan.seqs, lambda layer: self._layer(sid, plan, layer)
             )
             with p.span(I.KV_CHECK, sid) as cid:  # after every layer's wait: whole blocks
+                p.set_int(cid, I.STEP_ID, batch.step)
                 p.set_ints(cid, I.GPU_READ, plan.reads_writes)
                 bad = self.integrity.check(self.pool, plan.check_blocks, plan.check_fps)
                 if bad:
