@@ -55,8 +55,9 @@ def main(argv: list[str] | None = None) -> int:
     clean_done: set[tuple[str, int]] = set()
     ok = True
     for fault in V1_FAULTS:
-        pressure = {"workload": "prefix-swap", **FAULT_PRESSURE.get(fault, {})}
-        cfg = EngineConfig(requests=args.requests, fault=fault, **pressure)
+        pressure = {"workload": "prefix-swap", "requests": args.requests,
+                    **FAULT_PRESSURE.get(fault, {})}  # fmt: skip
+        cfg = EngineConfig(fault=fault, **pressure)
         for seed in args.seeds:
             out = suite.run(Case(f"zoo {fault}", cfg, (seed,)), seed)
             code, report = hazards(Path(out.results.trace))

@@ -70,11 +70,13 @@ _FAULT_NEEDS: dict[str, dict] = {
     "shared-prefix-streams": {"cache_manager": "v1", "chunk_tokens": 24},
 }
 #: the load each fault's reproduction runs under (``make regress``, the tests, the GPU check),
-#: as the field's bugs showed only under pressure: a device pool half the prefixes' size
+#: as the field's bugs showed only under pressure: a device pool half the prefixes' size;
+#: prefixes shared at many lengths, and enough requests that a shared block is being read
+#: while the load lands (LMCache's single-request test had too little concurrency)
 FAULT_PRESSURE: dict[str, dict] = {
     "compute-races-store": {"workload": "swap-heavy"},
     "load-back-unfenced": {"workload": "swap-heavy"},
-    "shared-prefix-streams": {"workload": "nested-prefix"},
+    "shared-prefix-streams": {"workload": "nested-prefix", "requests": 48},
 }
 #: where a fault's delay widens its window: before each copy (default), in the worker's forward
 #: (a slow kernel the copy should have waited for), or nowhere (the fault needs no window)

@@ -25,8 +25,8 @@ REQUESTS = 32
 
 
 def fault_config(fault: str) -> EngineConfig:
-    pressure = {"workload": "prefix-swap", **FAULT_PRESSURE.get(fault, {})}
-    return EngineConfig(requests=REQUESTS, fault=fault, **pressure)
+    pressure = {"workload": "prefix-swap", "requests": REQUESTS, **FAULT_PRESSURE.get(fault, {})}
+    return EngineConfig(fault=fault, **pressure)
 
 
 class Runs:
