@@ -1,5 +1,6 @@
-"""The plugin's edges, without a model: off by default, one line on an unsupported vLLM, a
-failing hook counted while vLLM's own result stands; configure_from_env and run.json."""
+"""The plugin's edges, without a model: off by default, one line naming the missing target on
+a vLLM it cannot hook (any version whose targets resolve is recorded), a failing hook counted
+while vLLM's own result stands; configure_from_env and run.json."""
 
 from __future__ import annotations
 
@@ -76,11 +77,11 @@ def _in_vllm(script: str, run_dir) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.slow
-def test_an_unsupported_vllm_is_one_line_and_an_unrecorded_run(tmp_path):
+def test_a_vllm_missing_a_hook_target_is_one_line_naming_it_and_an_unrecorded_run(tmp_path):
     done = _in_vllm(
         """
-        import vllm
-        vllm.__version__ = "0.31.0"
+        from vllm.v1.core.block_pool import BlockPool
+        del BlockPool.evict_blocks  # as a release that renamed it would
         from fdprof.adapters.vllm import register
         register()
         """,
@@ -89,12 +90,31 @@ def test_an_unsupported_vllm_is_one_line_and_an_unrecorded_run(tmp_path):
     assert done.returncode == 0, done.stderr
     lines = [line for line in done.stderr.splitlines() if line.startswith("fdprof:")]
     assert lines == [
-        "fdprof: vLLM 0.31.0 is not supported by fdprof's vLLM adapter (supported: 0.32.0); "
-        "this run is not recorded"
+        "fdprof: vLLM 0.32.0 is not supported by fdprof's vLLM adapter: BlockPool.evict_blocks "
+        "not found in vllm.v1.core.block_pool; this run is not recorded"
     ]
     manifest = json.loads((tmp_path / "run.json").read_text())
-    assert manifest["status"] == "failed" and "0.31.0" in manifest["error"]
+    assert manifest["status"] == "failed" and "BlockPool.evict_blocks" in manifest["error"]
     assert not list(tmp_path.glob("*.rec"))
+
+
+@pytest.mark.slow
+def test_a_version_never_seen_whose_targets_resolve_is_recorded(tmp_path):
+    """No allow-list: what decides is whether the hooks' targets are there."""
+    done = _in_vllm(
+        """
+        import vllm
+        vllm.__version__ = "0.99.0"
+        from fdprof.adapters.vllm import register
+        register()
+        """,
+        tmp_path,
+    )
+    assert done.returncode == 0, done.stderr
+    assert not [line for line in done.stderr.splitlines() if line.startswith("fdprof:")]
+    manifest = json.loads((tmp_path / "run.json").read_text())
+    assert manifest["status"] == "ok" and manifest["config"]["vllm_version"] == "0.99.0"
+    assert [p.name.split("-")[0] for p in tmp_path.glob("*.rec")] == [S.ROLE_FRONTEND]
 
 
 @pytest.mark.slow
