@@ -14,6 +14,7 @@ import json
 import os
 import subprocess
 import sys
+import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -129,6 +130,15 @@ def polling_pair(vllm_model, tmp_path_factory) -> dict[str, VllmRun]:
         "first": ["--offload", "async", "--take-turns", turns, "0", "2"],
         "second": ["--offload", "async", "--take-turns", turns, "1", "2"],
     })  # fmt: skip
+
+
+def in_vllm(script: str, run_dir: Path | None) -> subprocess.CompletedProcess:
+    """``script`` (dedented) run by the vLLM environment's Python, recording into ``run_dir``."""
+    python = vllm_python()
+    if python is None:
+        pytest.skip("no vLLM environment (make venv-vllm)")
+    return subprocess.run([str(python), "-c", textwrap.dedent(script)], env=vllm_env(run_dir),
+                          capture_output=True, text=True, timeout=300)  # fmt: skip
 
 
 def fdprof_cli(*args: str) -> subprocess.CompletedProcess:

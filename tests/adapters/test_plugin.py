@@ -5,9 +5,7 @@ while vLLM's own result stands; configure_from_env and run.json."""
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
-import textwrap
 
 import pytest
 
@@ -16,7 +14,7 @@ from fdprof import semconv as S
 from fdprof.adapters.vllm import process_role, register
 from fdprof.probe.run_manifest import write_run_manifest
 from fdprof.trace import load
-from tests.adapters.conftest import vllm_env, vllm_python
+from tests.adapters.conftest import in_vllm
 
 
 def test_register_does_nothing_without_a_run_dir(monkeypatch):
@@ -68,17 +66,9 @@ def test_configure_from_env_records_into_the_run_dir(monkeypatch, tmp_path):
     assert trace.meta["config"] == {"engine": "test"}
 
 
-def _in_vllm(script: str, run_dir) -> subprocess.CompletedProcess:
-    python = vllm_python()
-    if python is None:
-        pytest.skip("no vLLM environment (make venv-vllm)")
-    return subprocess.run([str(python), "-c", textwrap.dedent(script)], env=vllm_env(run_dir),
-                          capture_output=True, text=True, timeout=300)  # fmt: skip
-
-
 @pytest.mark.slow
 def test_a_vllm_missing_a_hook_target_is_one_line_naming_it_and_an_unrecorded_run(tmp_path):
-    done = _in_vllm(
+    done = in_vllm(
         """
         from vllm.v1.core.block_pool import BlockPool
         del BlockPool.evict_blocks  # as a release that renamed it would
@@ -101,7 +91,7 @@ def test_a_vllm_missing_a_hook_target_is_one_line_naming_it_and_an_unrecorded_ru
 @pytest.mark.slow
 def test_a_version_never_seen_whose_targets_resolve_is_recorded(tmp_path):
     """No allow-list: what decides is whether the hooks' targets are there."""
-    done = _in_vllm(
+    done = in_vllm(
         """
         import vllm
         vllm.__version__ = "0.99.0"
@@ -121,7 +111,7 @@ def test_a_version_never_seen_whose_targets_resolve_is_recorded(tmp_path):
 def test_a_side_interpreter_of_a_vllm_run_is_not_another_main(tmp_path):
     """vLLM inspects a model class in a fresh interpreter on a cold cache, plugins loaded: it
     records nothing and writes no run.json; the run's own main process does both."""
-    done = _in_vllm(
+    done = in_vllm(
         """
         import os, subprocess, sys
         from fdprof.adapters.vllm import register
@@ -142,7 +132,7 @@ def test_a_side_interpreter_of_a_vllm_run_is_not_another_main(tmp_path):
 
 @pytest.mark.slow
 def test_a_failing_hook_is_counted_and_vllm_goes_on(tmp_path):
-    done = _in_vllm(
+    done = in_vllm(
         """
         import json
         from vllm.v1.core.block_pool import BlockPool

@@ -5,15 +5,13 @@ newer release's wheel by its source (0.33.0: facts extracted with ast and kept i
 from __future__ import annotations
 
 import json
-import subprocess
-import textwrap
 from pathlib import Path
 
 import pytest
 
 from fdprof.adapters.vllm import targets as T
 from fdprof.adapters.vllm.source import Source
-from tests.adapters.conftest import vllm_env, vllm_python
+from tests.adapters.conftest import in_vllm
 
 DATA = Path(__file__).with_name("data")
 OFFLOAD = Path(T.__file__).with_name("offload.py")
@@ -81,19 +79,11 @@ def test_each_kind_of_change_is_named(key, fact, problem):
     assert T.problems(_facts(**{key: fact})) == [problem]
 
 
-def _in_vllm(script: str, run_dir) -> subprocess.CompletedProcess:
-    python = vllm_python()
-    if python is None:
-        pytest.skip("no vLLM environment (make venv-vllm)")
-    return subprocess.run([str(python), "-c", textwrap.dedent(script)], env=vllm_env(run_dir),
-                          capture_output=True, text=True, timeout=300)  # fmt: skip
-
-
 @pytest.mark.slow
 def test_vllm_0_32_resolves_every_target_alike_at_run_time_and_from_its_source(tmp_path):
     """In the real vLLM 0.32.0: the plugin's own lookup (import, getattr, inspect) finds every
     target, and the source reader finds the same facts in its installed files."""
-    done = _in_vllm(
+    done = in_vllm(
         """
         import json, sys, vllm
         from pathlib import Path

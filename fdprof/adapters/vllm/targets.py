@@ -22,6 +22,7 @@ import inspect
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import ClassVar
 
 #: a target's resolution: None (absent) or the names found
 Fact = list[str] | None
@@ -49,59 +50,48 @@ class Method:
 
 
 @dataclass(frozen=True)
-class Fields:
+class _OnClass:
+    """Names asked of a class ``owner`` of ``module`` (the kinds below)."""
+
+    module: str
+    owner: str
+    names: tuple[str, ...]
+    #: how the target's key names what is asked
+    ASKS: ClassVar[str] = ""
+
+    @property
+    def key(self) -> str:
+        return f"{self.module}:{self.owner} {self.ASKS}"
+
+    @property
+    def label(self) -> str:
+        return self.owner
+
+
+@dataclass(frozen=True)
+class Fields(_OnClass):
     """Names the hooks read off instances of ``owner``, declared on the class (dataclass,
     msgspec or pydantic fields: annotated names of the class and its bases); ``ordered``: the
     class's fields start with ``names`` in this order (fdprof constructs it positionally)."""
 
-    module: str
-    owner: str
-    names: tuple[str, ...]
     ordered: bool = False
-
-    @property
-    def key(self) -> str:
-        return f"{self.module}:{self.owner} fields"
-
-    @property
-    def label(self) -> str:
-        return self.owner
+    ASKS: ClassVar[str] = "fields"
 
 
 @dataclass(frozen=True)
-class Attrs:
+class Attrs(_OnClass):
     """Instance attributes the hooks read, assigned on ``self`` in the ``__init__`` of
     ``owner`` or of a base."""
 
-    module: str
-    owner: str
-    names: tuple[str, ...]
-
-    @property
-    def key(self) -> str:
-        return f"{self.module}:{self.owner} attributes"
-
-    @property
-    def label(self) -> str:
-        return self.owner
+    ASKS: ClassVar[str] = "attributes"
 
 
 @dataclass(frozen=True)
-class Abstract:
+class Abstract(_OnClass):
     """A vLLM base class fdprof implements (``offload.py``): every abstract method it has must
     be one of ``names``, the methods fdprof's subclass implements."""
 
-    module: str
-    owner: str
-    names: tuple[str, ...]
-
-    @property
-    def key(self) -> str:
-        return f"{self.module}:{self.owner} abstract methods"
-
-    @property
-    def label(self) -> str:
-        return self.owner
+    ASKS: ClassVar[str] = "abstract methods"
 
 
 Target = Method | Fields | Attrs | Abstract
