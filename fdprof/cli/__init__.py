@@ -65,11 +65,20 @@ def load_trace(args: argparse.Namespace, path: Path, join: Path | None = None) -
     return trace
 
 
+#: what makes a run safe, for ``hazards`` and ``ab`` alike (:mod:`fdprof.analysis.verdicts`)
+SAFETY_RULE = """safety (hazards and ab alike; docs/analysis.md "Verdicts and exit codes"):
+  a run is unsafe (exit 1) when two conflicting KV-block accesses are unordered (a race,
+  overlapping this run or latent), when an access falls outside its block's lifetime, or (ab,
+  run) when a block's content does not match what was written. A lock whose holds overlapped
+  on two lanes is named in the verdict (BROKEN LOCK) and its edges are left out of the order
+  before races are counted: a run that relied on it has races, and is unsafe for them; the lock
+  alone does not make a run unsafe."""
+
 #: the exit-status contract of every command (CONTRACTS.md); when several apply, 2 > 1 > 3 > 0
 EXIT_CODES = """exit status (every command):
-  0    ok / clean
-  1    races, a block used after its free or a broken lock (hazards), or corrupted KV
-       blocks (hazards, ab, run integrity)
+  0    ok / clean (a lock that did not exclude is named, not an error: see hazards --help)
+  1    races or a block used outside its lifetime (hazards, ab), or corrupted KV
+       blocks (ab, run integrity)
   2    bad input (one line on stderr saying why), or a crashed run
   3    --require-gain not met
   70   internal error ("internal error, please report"; --debug prints the traceback)

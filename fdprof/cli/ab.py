@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from fdprof import files
+from fdprof.cli import SAFETY_RULE
 from fdprof.cli._engine_options import (
     add_capture_arguments,
     add_engine_arguments,
@@ -20,13 +21,16 @@ from fdprof.errors import FdprofError
 #: what the built-in A/B's two modes differ in
 COMPARES = ("kv-lock", "cache-manager")
 
-EXIT_CODES = """exit codes:
-  0  safe: no race, no latent race, no integrity mismatch in any run of either mode
-     (and, with --require-gain X, the gain's 95% CI lower bound is at least X)
-  1  unsafe: races, a block used after its free, or corrupted KV blocks in some run
+EXIT_CODES = f"""exit codes:
+  0  safe: every run of either mode safe, as fdprof hazards judges it, and no integrity
+     mismatch (and, with --require-gain X, the gain's 95% CI lower bound is at least X); a
+     mode whose lock did not exclude is named in the verdict (BROKEN LOCK)
+  1  unsafe: races, a block used outside its lifetime, or corrupted KV blocks in some run
      (the report names the runs)
   2  bad input, or a run that crashed, failed or left no trace (named on stderr)
   3  --require-gain X not met (only when safe: 2 > 1 > 3 > 0)
+
+{SAFETY_RULE}
 
 any engine: each run of CMD gets its own directory in FDPROF_RUN_DIR (every process calls
 fdprof.probe.configure_from_env) and its pair index in FDPROF_AB_PAIR (0, 1, ...: seed the

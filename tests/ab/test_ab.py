@@ -63,6 +63,27 @@ def test_correct_protocol_is_clean_in_both_modes(ab_run):
     assert data["integrity_mismatches"] == 0
 
 
+def test_the_built_in_baseline_is_judged_as_fdprof_hazards_judges_it(ab_run):
+    """The FastDeploy-faithful baseline (one flock descriptor shared by the cache manager's
+    threads) may or may not be seen not to exclude in a run: whichever it was, hazards on each
+    run gives the exit code and the named locks ab reports for it, and the verdict line names
+    the baseline's lock exactly when some baseline run showed it."""
+    _, data = ab_run
+    unsafe = set(data["verdict"]["unsafe_runs"])
+    for run in data["runs"]:
+        done = subprocess.run([sys.executable, "-m", "fdprof", "hazards", run["trace"], "--json"],
+                              capture_output=True, text=True, timeout=300)  # fmt: skip
+        report = json.loads(done.stdout)
+        assert done.returncode == (1 if f"{run['label']} #{run['index']}" in unsafe else 0)
+        assert report["untrusted_locks"] == run["untrusted_locks"]
+        assert ("BROKEN LOCK" in report["verdict"]["line"]) == bool(run["untrusted_locks"])
+    broken = data["verdict"]["broken_locks"]["baseline (lock)"]
+    assert broken["runs"] == sum(bool(r["untrusted_locks"]) for r in data["runs"]
+                                 if r["mode"] == "baseline")  # fmt: skip
+    assert ("BROKEN LOCK" in data["verdict"]["line"]) == (broken["runs"] > 0)
+    assert data["verdict"]["broken_locks"]["lockless"]["runs"] == 0  # no lock, nothing broken
+
+
 def test_reports_are_written_and_self_contained(ab_run):
     out, data = ab_run
     assert data["report"] == {"md": str(out / "report.md"), "html": str(out / "report.html"),
