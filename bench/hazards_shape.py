@@ -148,8 +148,10 @@ def write_chrome(ev: Events, path: Path, chunk: int = 1 << 20) -> None:
                                              lock.tolist(), strict=True):  # fmt: skip
                 if k == 0:
                     mode = "write" if w else "read"
-                    lines.append(f',\n{{"ph":"X","name":"{mode}","pid":{PID},"tid":{th},'
-                                 f'"ts":{t},"dur":{d},"args":{{"kv.gpu_{mode}":[{b}]}}}}')
+                    lines.append(
+                        f',\n{{"ph":"X","name":"{mode}","pid":{PID},"tid":{th},'
+                        f'"ts":{t},"dur":{d},"args":{{"kv.gpu_{mode}":[{b}]}}}}'
+                    )
                 else:
                     op = "acquire" if k == 1 else "release"
                     lines.append(f',\n{{"ph":"i","s":"t","name":"{op}","pid":{PID},'
