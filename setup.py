@@ -35,6 +35,9 @@ setup(
         Extension(
             "fdprof.analysis._kernels", ["fdprof/analysis/_kernels.c"], extra_compile_args=CFLAGS
         ),
+        Extension(
+            "fdprof.trace._chromescan", ["fdprof/trace/_chromescan.c"], extra_compile_args=CFLAGS
+        ),
         # not a Python module: a shared library NVTX loads through NVTX_INJECTION64_PATH
         Extension(
             "fdprof.capture._nvtx_inject",

@@ -321,24 +321,29 @@ static PyObject *wcp_worklist(PyObject *self, PyObject *args) {
 
 /* ---- the race search ----------------------------------------------------------------- */
 
-/* First index in [lo, hi) with a[i] >= x (a sorted). */
+/* First index in [lo, hi) with a[i] >= x (a sorted); without branches on the data (a
+ * conditional move per step), as the searches here are too random to predict. */
 static inline Py_ssize_t lower(const int64_t *a, Py_ssize_t lo, Py_ssize_t hi, int64_t x) {
-    while (lo < hi) {
-        Py_ssize_t mid = lo + (hi - lo) / 2;
-        if (a[mid] < x) lo = mid + 1;
-        else hi = mid;
+    if (lo >= hi) return lo;
+    const int64_t *p = a + lo;
+    for (size_t n = hi - lo; n > 1;) {
+        size_t half = n >> 1;
+        p = p[half] < x ? p + half : p;
+        n -= half;
     }
-    return lo;
+    return (p - a) + (*p < x);
 }
 
 /* First index in [lo, hi) with a[i] > x (a sorted). */
 static inline Py_ssize_t upper(const int64_t *a, Py_ssize_t lo, Py_ssize_t hi, int64_t x) {
-    while (lo < hi) {
-        Py_ssize_t mid = lo + (hi - lo) / 2;
-        if (a[mid] <= x) lo = mid + 1;
-        else hi = mid;
+    if (lo >= hi) return lo;
+    const int64_t *p = a + lo;
+    for (size_t n = hi - lo; n > 1;) {
+        size_t half = n >> 1;
+        p = p[half] <= x ? p + half : p;
+        n -= half;
     }
-    return lo;
+    return (p - a) + (*p <= x);
 }
 
 /* One group's accesses of one lane, in start order: rows, starts, ends and the running
@@ -350,9 +355,10 @@ typedef struct {
 
 typedef struct {
     Py_ssize_t k;
-    const int64_t *key, *lane, *start, *end, *lo, *hi, *at, *epoch;
+    const int64_t *key, *lane, *start, *end, *lo, *hi;
+    int64_t *at, *epoch; /* per row: its place among its lane's events, 1 + its releases */
     const uint8_t *write;
-    const int64_t *ev_off, *times, *vc, *rel_off, *rel, *ta_off, *ta;
+    const int64_t *ev_off, *times, *rel_off, *rel, *tb, *ta_off, *ta;
     int alarms;
     Vec rx, ry, ax, ay;
 } Search;
@@ -388,35 +394,33 @@ static int search_group(Search *s, const int64_t *rows, Py_ssize_t m, Run *runs,
     }
     for (Py_ssize_t r = 0; r < nruns; r++) {
         int64_t a = runs[r].lane;
-        const int64_t *vc_a = s->vc + s->ev_off[a] * k;
+        Py_ssize_t ev0 = s->ev_off[a];
         for (Py_ssize_t i = runs[r].lo; i < runs[r].hi; i++) {
             int64_t x = rows[i], xs = s->start[x], xe = s->end[x];
             int64_t at = s->at[x];
             const int64_t *ta = s->ta + (s->ta_off[a] + s->epoch[x]) * k;
+            const int64_t *tb = at >= 0 ? s->tb + (ev0 + at) * k : NULL;
             int xw = s->write[x];
             for (Py_ssize_t q = r + 1; q < nruns; q++) {
                 int64_t b = runs[q].lane;
                 Py_ssize_t lo = xw ? runs[q].lo : runs[q].wlo, hi = xw ? runs[q].hi : runs[q].whi;
                 if (lo == hi) continue;
-                /* y happens before x iff y ends at or before tb, the time of lane b's release
-                 * number entry(x)[b] (none: entry 0); x before y iff y starts at or after tA,
-                 * the time of lane b's first event that knows x's epoch (none: no such event) */
-                int64_t entry = at >= 0 ? vc_a[at * k + b] : 0;
-                int has_tb = entry > 0, has_ta = ta[b] < s->ev_off[b + 1] - s->ev_off[b];
-                int64_t tb = has_tb ? s->rel[s->rel_off[b] + entry - 1] : 0;
-                int64_t tA = has_ta ? s->times[s->ev_off[b] + ta[b]] : 0;
-                Py_ssize_t from = has_tb ? upper(smax, lo, hi, tb) : lo;
-                Py_ssize_t to = has_ta ? lower(sstart, lo, hi, tA) : hi;
+                /* y happens before x iff y ends at or before tB, the time of the last release
+                 * of lane b x's entry clock knows (INT64_MIN: none); x before y iff y starts
+                 * at or after tA, the time of lane b's first event that knows x's epoch
+                 * (INT64_MAX: none): read, not looked up, as no access is at those times */
+                int64_t tB = tb ? tb[b] : INT64_MIN, tA = ta[b];
+                Py_ssize_t from = upper(smax, lo, hi, tB), to = lower(sstart, lo, hi, tA);
                 for (Py_ssize_t j = from; j < to; j++) {
                     int64_t y = srow[j];
-                    if ((!has_tb || send[j] > tb) && s->lo[x] < s->hi[y] && s->lo[y] < s->hi[x])
+                    if (send[j] > tB && s->lo[x] < s->hi[y] && s->lo[y] < s->hi[x])
                         if (push(&s->rx, x) < 0 || push(&s->ry, y) < 0) return -1;
                 }
                 if (!s->alarms) continue;
                 from = upper(smax, lo, hi, xs), to = lower(sstart, lo, hi, xe);
                 for (Py_ssize_t j = from; j < to; j++) {
                     int64_t y = srow[j];
-                    int racy = (!has_ta || sstart[j] < tA) && (!has_tb || send[j] > tb);
+                    int racy = sstart[j] < tA && send[j] > tB;
                     if (!racy && send[j] > xs && s->lo[x] < s->hi[y] && s->lo[y] < s->hi[x])
                         if (push(&s->ax, x) < 0 || push(&s->ay, y) < 0) return -1;
                 }
@@ -424,6 +428,27 @@ static int search_group(Search *s, const int64_t *rows, Py_ssize_t m, Run *runs,
         }
     }
     return 0;
+}
+
+/* Each row's place among its lane's clock events (the last at or before its start, -1 none)
+ * and its epoch (1 + its lane's releases before its end), walking the rows in time order: a
+ * merge per lane, where a binary search per row missed the cache at every step. */
+static void positions(Search *s, const int64_t *by_time, Py_ssize_t n, int64_t *ev_at,
+                      int64_t *rel_at) {
+    for (Py_ssize_t a = 0; a < s->k; a++) ev_at[a] = s->ev_off[a], rel_at[a] = s->rel_off[a];
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int64_t x = by_time[i], a = s->lane[x], t = s->start[x], e = s->end[x];
+        int64_t p = ev_at[a], q;
+        while (p < s->ev_off[a + 1] && s->times[p] <= t) p++;
+        ev_at[a] = p;
+        s->at[x] = p - s->ev_off[a] - 1;
+        /* ends are not sorted where spans nest: from the merge's place, either way */
+        q = rel_at[a];
+        while (q < s->rel_off[a + 1] && s->rel[q] < e) q++;
+        while (q > s->rel_off[a] && s->rel[q - 1] >= e) q--;
+        rel_at[a] = q;
+        s->epoch[x] = q - s->rel_off[a] + 1;
+    }
 }
 
 static int search_all(Search *s, const int64_t *perm, Py_ssize_t n) {
@@ -451,36 +476,39 @@ static int search_all(Search *s, const int64_t *perm, Py_ssize_t n) {
     return rc;
 }
 
-/* unordered(k, perm, key, lane, start, end, write, lo, hi, at, epoch, ev_off, times, vc, rel_off,
- *           rel, ta_off, ta, alarms) -> (racy x, racy y, alarm x, alarm y) as bytes of int64.
- * perm: the access rows to search, sorted by (key, lane, start). at: each row's index among
- * its lane's clock events (the last at or before its start, -1 none); epoch: 1 + how many
- * releases its lane has before its end. ta[(ta_off[a] + e) * k + b]: the index among lane
- * b's events of the first whose clock has entry a >= e (the lane's event count: none). */
+/* unordered(k, n, perm, by_time, key, lane, start, end, write, lo, hi, ev_off, times, rel_off,
+ *           rel, tb, ta_off, ta, alarms) -> (racy x, racy y, alarm x, alarm y) as bytes of
+ * int64. perm: the access rows to search, sorted by (key, lane, start), by_time the same rows
+ * sorted by start; no access may start at
+ * INT64_MAX or end at INT64_MIN (they stand for none below). Lane a's clock events are
+ * times[ev_off[a]:ev_off[a+1]], its releases rel[rel_off[a]:rel_off[a+1]].
+ * tb[e * k + b]: the time of the last release of lane b that event e's clock knows
+ * (INT64_MIN: none); ta[(ta_off[a] + e) * k + b]: the time of lane b's first event whose clock
+ * has entry a >= e (INT64_MAX: none). */
 static PyObject *unordered(PyObject *self, PyObject *args) {
     Py_ssize_t k, n, rows = 0;
     int alarms;
-    PyObject *perm_o, *key, *lane, *start, *end, *write, *lo, *hi, *at, *epoch, *ev_off, *times,
-        *vc, *rel_off, *rel, *ta_off, *ta;
-    if (!PyArg_ParseTuple(args, "nnOOOOOOOOOOOOOOOOOp", &k, &n, &perm_o, &key, &lane, &start,
-                          &end, &write, &lo, &hi, &at, &epoch, &ev_off, &times, &vc, &rel_off,
-                          &rel, &ta_off, &ta, &alarms))
+    PyObject *perm_o, *time_o, *key, *lane, *start, *end, *write, *lo, *hi, *ev_off, *times,
+        *rel_off, *rel, *tb, *ta_off, *ta;
+    if (!PyArg_ParseTuple(args, "nnOOOOOOOOOOOOOOOOp", &k, &n, &perm_o, &time_o, &key, &lane,
+                          &start, &end, &write, &lo, &hi, &ev_off, &times, &rel_off, &rel, &tb,
+                          &ta_off, &ta, &alarms))
         return NULL;
     Views v = {.used = 0};
     Search s = {.k = k, .alarms = alarms};
     const int64_t *perm = get(&v, perm_o, 0, n, 8, "perm");
-    if (!perm) goto fail;
+    const int64_t *by_time = perm ? get(&v, time_o, 0, n, 8, "by_time") : NULL;
+    int64_t *ev_at = NULL, *rel_at = NULL;
+    if (!by_time) goto fail;
     for (Py_ssize_t i = 0; i < n; i++) rows = perm[i] >= rows ? perm[i] + 1 : rows;
     if (!(s.key = get(&v, key, 0, rows, 8, "key")) || !(s.lane = get(&v, lane, 0, rows, 8, "lane")) ||
         !(s.start = get(&v, start, 0, rows, 8, "start")) ||
         !(s.end = get(&v, end, 0, rows, 8, "end")) ||
         !(s.write = get(&v, write, 0, rows, 1, "write")) ||
         !(s.lo = get(&v, lo, 0, rows, 8, "lo")) || !(s.hi = get(&v, hi, 0, rows, 8, "hi")) ||
-        !(s.at = get(&v, at, 0, rows, 8, "at")) ||
-        !(s.epoch = get(&v, epoch, 0, rows, 8, "epoch")) ||
         !(s.ev_off = get(&v, ev_off, 0, k + 1, 8, "ev_off")) ||
         !(s.times = get(&v, times, 0, s.ev_off[k], 8, "times")) ||
-        !(s.vc = get(&v, vc, 0, s.ev_off[k] * k, 8, "vc")) ||
+        !(s.tb = get(&v, tb, 0, s.ev_off[k] * k, 8, "tb")) ||
         !(s.rel_off = get(&v, rel_off, 0, k + 1, 8, "rel_off")) ||
         !(s.rel = get(&v, rel, 0, s.rel_off[k], 8, "rel")) ||
         !(s.ta_off = get(&v, ta_off, 0, k + 1, 8, "ta_off")) ||
@@ -490,32 +518,60 @@ static PyObject *unordered(PyObject *self, PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "_kernels: offsets out of order");
         goto fail;
     }
-    /* clock entries count real releases, reach indexes real events: checked once here, so
-     * the search below reads nothing out of bounds whatever it is handed */
-    for (Py_ssize_t e = 0; e < s.ev_off[k]; e++)
-        for (Py_ssize_t b = 0; b < k; b++)
-            if (s.vc[e * k + b] < 0 || s.vc[e * k + b] > s.rel_off[b + 1] - s.rel_off[b]) {
-                PyErr_SetString(PyExc_ValueError, "_kernels: a clock entry out of range");
-                goto fail;
-            }
-    for (Py_ssize_t e = 0; e < s.ta_off[k]; e++)
-        for (Py_ssize_t b = 0; b < k; b++)
-            if (s.ta[e * k + b] < 0 || s.ta[e * k + b] > s.ev_off[b + 1] - s.ev_off[b]) {
-                PyErr_SetString(PyExc_ValueError, "_kernels: a reach index out of range");
-                goto fail;
-            }
+    for (Py_ssize_t a = 0; a < k; a++)
+        if (s.ta_off[a + 1] - s.ta_off[a] != s.rel_off[a + 1] - s.rel_off[a] + 2) {
+            PyErr_SetString(PyExc_ValueError, "_kernels: a reach table of the wrong size");
+            goto fail;
+        }
     for (Py_ssize_t i = 0; i < n; i++) {
         int64_t x = perm[i], a = x >= 0 && x < rows ? s.lane[x] : -1;
-        if (x < 0 || a < 0 || a >= k || s.at[x] >= s.ev_off[a + 1] - s.ev_off[a] ||
-            s.epoch[x] < 1 || s.ta_off[a] + s.epoch[x] >= s.ta_off[a + 1]) {
+        if (x < 0 || a < 0 || a >= k) {
             PyErr_SetString(PyExc_ValueError, "_kernels: an access row out of range");
             goto fail;
         }
+        if (s.start[x] == INT64_MAX || s.end[x] == INT64_MIN) {
+            PyErr_SetString(PyExc_ValueError, "_kernels: an access at the end of time");
+            goto fail;
+        }
+        int64_t y = by_time[i];
+        if (y < 0 || y >= rows || s.lane[y] < 0 || s.lane[y] >= k ||
+            (i > 0 && s.start[by_time[i - 1]] > s.start[y])) {
+            PyErr_SetString(PyExc_ValueError, "_kernels: by_time out of range or order");
+            goto fail;
+        }
+        if (i > 0) {
+            int64_t w = perm[i - 1];
+            if (s.key[w] > s.key[x] || (s.key[w] == s.key[x] && (s.lane[w] > a ||
+                (s.lane[w] == a && s.start[w] > s.start[x])))) {
+                PyErr_SetString(PyExc_ValueError,
+                                "_kernels: rows not sorted by (key, lane, start)");
+                goto fail;
+            }
+        }
     }
+    /* by_time holds the rows of perm: each row once (else some would keep no place) */
+    s.at = malloc((rows ? rows : 1) * sizeof(int64_t));
+    s.epoch = malloc((rows ? rows : 1) * sizeof(int64_t));
+    ev_at = malloc((k ? k : 1) * sizeof(int64_t)), rel_at = malloc((k ? k : 1) * sizeof(int64_t));
+    if (!s.at || !s.epoch || !ev_at || !rel_at) {
+        PyErr_NoMemory();
+        goto fail;
+    }
+    for (Py_ssize_t i = 0; i < rows; i++) s.at[i] = INT64_MIN;
+    for (Py_ssize_t i = 0; i < n; i++) s.at[by_time[i]] = -2;
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (s.at[perm[i]] != -2) {
+            PyErr_SetString(PyExc_ValueError, "_kernels: by_time does not hold perm's rows");
+            goto fail;
+        } else {
+            s.at[perm[i]] = -3;
+        }
     int rc;
     Py_BEGIN_ALLOW_THREADS
+    positions(&s, by_time, n, ev_at, rel_at);
     rc = search_all(&s, perm, n);
     Py_END_ALLOW_THREADS
+    free(s.at), free(s.epoch), free(ev_at), free(rel_at);
     release_views(&v);
     if (rc < 0) {
         free(s.rx.data), free(s.ry.data), free(s.ax.data), free(s.ay.data);
@@ -529,6 +585,7 @@ static PyObject *unordered(PyObject *self, PyObject *args) {
     }
     return Py_BuildValue("(NNNN)", rx, ry, ax, ay);
 fail:
+    free(s.at), free(s.epoch), free(ev_at), free(rel_at);
     release_views(&v);
     return NULL;
 }

@@ -67,20 +67,6 @@ class LaneClocks:
             release_times=np.concatenate(releases).astype(I64) if releases else np.zeros(0, I64),
         )
 
-    def positions(
-        self, lane: np.ndarray, start: np.ndarray, end: np.ndarray
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """For spans on ``lane`` from ``start`` to ``end``: ``at``, the index among the lane's
-        events of its last one at or before ``start`` (-1: none), and ``epoch``, 1 + the
-        lane's releases before ``end``."""
-        at = np.full(len(lane), -1, dtype=I64)
-        epoch = np.ones(len(lane), dtype=I64)
-        for li in np.unique(lane).tolist():
-            on = np.flatnonzero(lane == li)
-            at[on] = np.searchsorted(self.lane_times(li), start[on], "right") - 1
-            epoch[on] += np.searchsorted(self.lane_releases(li), end[on], "left")
-        return at, epoch
-
     def reach_table(self) -> tuple[np.ndarray, np.ndarray]:
         """``(ta_off, ta)``: for lanes a, b and an epoch e of lane a, the index among lane
         b's events of the first whose clock has entry a >= e (lane b's event count: none), at

@@ -349,8 +349,8 @@ def _pairs_frame(
     ra, rb = sa[first], sb[first]
     out: dict[str, Any] = {}
     for c in ("span_id", "name", "lane", "role", "step", "start", "end"):
-        values = spans[c].to_numpy()
-        out[f"{c}_a"], out[f"{c}_b"] = values[ra], values[rb]
+        column = spans[c]  # the pairs' rows taken first: no Python object per span of the trace
+        out[f"{c}_a"], out[f"{c}_b"] = column.take(ra).to_numpy(), column.take(rb).to_numpy()
     frame = pd.DataFrame(out).rename(columns={"span_id_a": "span_a", "span_id_b": "span_b"})
     frame["blocks"] = [[f"{p}:{b}" for p, b in sorted(s[0])] for s in sets]
     frame["n_blocks"] = [len(s[0]) for s in sets]

@@ -230,25 +230,32 @@ def _run_python(w: Worklist, step: HbStep | WcpStep) -> int:
 def unordered(
     k: int,
     perm: np.ndarray,
+    by_time: np.ndarray,
     acc: dict[str, np.ndarray],
     clock: dict[str, np.ndarray],
     alarms: bool,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """(racy x, racy y, alarm x, alarm y): access rows, x on a lane before y's in ``perm``'s
     order of lanes within each key. ``perm``: the rows to search, sorted by (key, lane,
-    start); ``acc``: the access columns ``key``, ``lane``, ``start``, ``end``, ``write``,
-    ``lo``, ``hi``, and ``at`` (each row's index among its lane's clock events, the last at
-    or before its start; -1: none) and ``epoch`` (1 + the releases of its lane before its
-    end); ``clock``: ``ev_off``, ``times``, ``vc`` (lane ``l``'s events at
+    start), and ``by_time`` the same rows sorted by start (where the C kernel finds each
+    access's place among its lane's clock events, by one merge); ``acc``: the access columns
+    ``key``, ``lane``, ``start``, ``end``, ``write``, ``lo``, ``hi``; ``clock``: ``ev_off``, ``times``, ``vc`` (lane ``l``'s events at
     ``ev_off[l]:ev_off[l + 1]``), ``rel_off``, ``rel`` (each lane's release times) and
     ``ta_off``, ``ta`` (the index of lane ``b``'s first event whose clock has entry ``a`` >=
-    ``e``, at ``(ta_off[a] + e) * k + b``; the lane's event count: none)."""
-    if compiled():
+    ``e``, at ``(ta_off[a] + e) * k + b``; the lane's event count: none), and the same bounds
+    as times (:class:`fdprof.analysis.search.ClockIndex`: ``tb``, ``ta_time``). The C kernel
+    reads those times with ``INT64_MIN``/``INT64_MAX`` for none, so accesses ending at
+    ``INT64_MIN`` or starting at ``INT64_MAX`` (±292 years) take the twin, which needs no
+    stand-in."""
+    start, end = acc["start"][perm], acc["end"][perm]
+    extreme = len(perm) and (start.max() == np.iinfo(I64).max or end.min() == np.iinfo(I64).min)
+    if compiled() and not extreme:
         raw = _c.unordered(
-            k, len(perm), _i64(perm), *(_i64(acc[c]) for c in ("key", "lane", "start", "end")),
-            _u8(acc["write"]), *(_i64(acc[c]) for c in ("lo", "hi", "at", "epoch")),
-            *(_i64(clock[c]) for c in ("ev_off", "times", "vc", "rel_off", "rel", "ta_off",
-                                       "ta")),
+            k, len(perm), _i64(perm), _i64(by_time),
+            *(_i64(acc[c]) for c in ("key", "lane", "start", "end")),
+            _u8(acc["write"]), *(_i64(acc[c]) for c in ("lo", "hi")),
+            *(_i64(clock[c]) for c in ("ev_off", "times", "rel_off", "rel", "tb", "ta_off",
+                                       "ta_time")),
             alarms,
         )  # fmt: skip
         return tuple(np.frombuffer(b, dtype=I64) for b in raw)  # type: ignore[return-value]
@@ -275,7 +282,9 @@ def _unordered_numpy(k, perm, acc, clock, alarms):
     for a, xs in by_lane.items():
         if not len(xs):
             continue
-        at, epoch = acc["at"][xs], acc["epoch"][xs]
+        # the last event of lane a at or before each start; 1 + its releases before each end
+        at = np.searchsorted(times[ev_off[a] : ev_off[a + 1]], acc["start"][xs], "right") - 1
+        epoch = np.searchsorted(rel[rel_off[a] : rel_off[a + 1]], acc["end"][xs], "left") + 1
         for b in range(a + 1, k):
             ys = by_lane[b]
             if not len(ys):

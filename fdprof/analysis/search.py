@@ -31,20 +31,38 @@ I64 = np.int64
 @dataclass(frozen=True)
 class ClockIndex:
     """What the search reads of a set of clocks, derived once and shared by every partition:
-    the clocks' flat arrays and the reach table (:meth:`LaneClocks.reach_table`)."""
+    the clocks' flat arrays, the reach table (:meth:`LaneClocks.reach_table`), and the two
+    window bounds as times, ready to read: ``tb[e, b]``, the time of the last release of lane
+    b known at event e (``INT64_MIN``: none), and ``ta_time``, the reach table's events as
+    times (``INT64_MAX``: none). One row each per access, not a lookup per lane: the search
+    reads them in key order, where every other lookup would miss the cache."""
 
     clocks: LaneClocks
     ta_off: np.ndarray
     ta: np.ndarray
+    tb: np.ndarray
+    ta_time: np.ndarray
 
     @classmethod
     def of(cls, clocks: LaneClocks) -> ClockIndex:
-        return cls(clocks, *clocks.reach_table())
+        k = clocks.k
+        ta_off, ta = clocks.reach_table()
+        tb = np.full((len(clocks.times), k), np.iinfo(I64).min, dtype=I64)
+        ta_time = np.full(len(ta), np.iinfo(I64).max, dtype=I64)
+        for b in range(k):
+            entry = clocks.vc[:, b]
+            known = entry > 0
+            tb[known, b] = clocks.release_times[clocks.rel_off[b] + entry[known] - 1]
+            reach = ta[b::k] if k else ta
+            has = reach < clocks.ev_off[b + 1] - clocks.ev_off[b]
+            ta_time[b::k][has] = clocks.times[clocks.ev_off[b] + reach[has]]
+        return cls(clocks, ta_off, ta, tb.ravel(), ta_time)
 
     def arrays(self) -> dict[str, np.ndarray]:
         c = self.clocks
         return {"ev_off": c.ev_off, "times": c.times, "vc": c.vc, "rel_off": c.rel_off,
-                "rel": c.release_times, "ta_off": self.ta_off, "ta": self.ta}  # fmt: skip
+                "rel": c.release_times, "ta_off": self.ta_off, "ta": self.ta, "tb": self.tb,
+                "ta_time": self.ta_time}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -59,41 +77,24 @@ class Pairs:
     alarm_y: np.ndarray
 
 
-def search_order(acc: AccessTable, rows: np.ndarray | None = None) -> np.ndarray:
-    """``rows`` (default: every row) sorted by (key, lane, start): each key's accesses in
-    runs per lane, each run in program order."""
-    rows = np.arange(len(acc), dtype=I64) if rows is None else np.asarray(rows, dtype=I64)
-    if not len(rows):
-        return rows
-    k = int(acc.lane[rows].max()) + 1
-    by_start = rows[np.argsort(acc.start[rows], kind="stable")]
-    key = acc.key[by_start]
-    lo = int(key.min())
-    span = (int(key.max()) - lo + 1) * k
-    if span < 2**62 // max(k, 1):
-        codes = (key - lo) * k + acc.lane[by_start]
-        return by_start[kernels.stable_order(codes, span)]
-    return by_start[np.lexsort((acc.lane[by_start], key))]
-
-
 def unordered_pairs(
     acc: AccessTable,
     clocks: LaneClocks | ClockIndex,
     rows: np.ndarray | None = None,
     alarms: bool = True,
 ) -> Pairs:
-    """The conflicting pairs among ``acc``'s ``rows`` (default: all) that ``clocks`` leaves
-    unordered, and with ``alarms`` the ordered ones that overlap in time."""
+    """The conflicting pairs among ``acc``'s ``rows`` that ``clocks`` leaves unordered, and
+    with ``alarms`` the ordered ones that overlap in time. ``rows`` (default: all) must keep
+    the table's order (ascending rows); a partition takes whole keys, a contiguous range."""
     index = clocks if isinstance(clocks, ClockIndex) else ClockIndex.of(clocks)
-    perm = search_order(acc, rows)
+    perm = np.arange(len(acc), dtype=I64) if rows is None else np.asarray(rows, dtype=I64)
     if not len(perm):
         empty = np.zeros(0, I64)
         return Pairs(empty, empty, empty, empty)
-    at = np.full(len(acc), -1, dtype=I64)
-    epoch = np.ones(len(acc), dtype=I64)
-    at[perm], epoch[perm] = index.clocks.positions(acc.lane[perm], acc.start[perm], acc.end[perm])
+    seq = acc.seq[perm]
+    lo = int(seq.min())
+    by_time = perm[kernels.stable_order(seq - lo, int(seq.max()) - lo + 1)]
     columns = {"key": acc.key, "lane": acc.lane, "start": acc.start, "end": acc.end,
-               "write": acc.write, "lo": acc.lo, "hi": acc.hi, "at": at,
-               "epoch": epoch}  # fmt: skip
-    found = kernels.unordered(index.clocks.k, perm, columns, index.arrays(), alarms)
+               "write": acc.write, "lo": acc.lo, "hi": acc.hi}  # fmt: skip
+    found = kernels.unordered(index.clocks.k, perm, by_time, columns, index.arrays(), alarms)
     return Pairs(*found)

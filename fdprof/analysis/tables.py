@@ -20,7 +20,9 @@ import numpy as np
 import pandas as pd
 
 from fdprof import semconv as S
+from fdprof.analysis.kernels import stable_order
 from fdprof.errors import FdprofError
+from fdprof.trace.assemble import distinct
 
 #: access modes, in code order (``AccessTable.mode``)
 MODES = (S.MODE_READ, S.MODE_WRITE, S.MODE_ALLOC, S.MODE_FREE)
@@ -84,7 +86,9 @@ def sync_table(syncs: pd.DataFrame, lanes: pd.Index) -> SyncTable:
 @dataclass(frozen=True)
 class AccessTable(_Columns):
     """KV-block accesses (and allocator events, modes ``alloc``/``free``) of finished spans,
-    one row per (span, scoped pool, block, mode), with their span's lane and times.
+    one row per (span, scoped pool, block, mode), with their span's lane and times, sorted by
+    (key, lane, start) (:func:`table_order`): a key's rows are one contiguous range, so a
+    partition by key is a slice, and the race search reads the table in order.
 
     ``key`` identifies (scoped pool, block) with one int64 (equal keys: the same block of the
     same pool scope), ``pool`` codes index ``pools``; ``lo``/``hi`` is the half-open layer
@@ -101,6 +105,9 @@ class AccessTable(_Columns):
     hi: np.ndarray  #: int64
     start: np.ndarray  #: int64 ns, the span's
     end: np.ndarray  #: int64 ns, the span's
+    #: int64: the row's place in start order (ties in trace order): sorting a part of the
+    #: table by time is a counting sort of these
+    seq: np.ndarray
     pools: tuple[str, ...] = ()
     checked: int = 0
 
@@ -128,12 +135,11 @@ def access_table(
     access of a process in several scopes repeated once per scope. Returns the table and the
     orphan-access gap (accesses, not allocator events, naming no span)."""
     span_ids = spans["span_id"].to_numpy(np.int64)
-    span_index = pd.Index(span_ids)
-    if not span_index.is_unique:
+    if not distinct(span_ids):
         raise FdprofError("trace spans table has duplicate span_id values")
     access_span = accesses["span_id"].to_numpy(np.int64)
-    srow = _rows_of(span_index, span_ids, access_span)
-    mode_code, mode_names = pd.factorize(accesses["mode"].to_numpy(dtype=object))
+    srow = _rows_of(span_ids, access_span)
+    mode_code, mode_names = pd.factorize(accesses["mode"])
     mode_of = np.array([MODES.index(m) if m in MODES else READ for m in mode_names], np.int8)
     mode = mode_of[mode_code] if len(mode_code) else np.zeros(0, np.int8)
     gaps = []
@@ -147,7 +153,8 @@ def access_table(
     ok[ok] = ends[srow[ok]] != -1
     srow, mode = srow[ok], mode[ok]
     checked = int((mode <= WRITE).sum())
-    pool_code, pool_names = pd.factorize(accesses["pool"].to_numpy(dtype=object)[ok])
+    pool_code, pool_names = pd.factorize(accesses["pool"])
+    pool_code = pool_code[ok]
     block = accesses["block"].to_numpy(np.int64)[ok]
     lo = accesses["layer_lo"].to_numpy(np.int64)[ok]
     hi = accesses["layer_hi"].to_numpy(np.int64)[ok]
@@ -158,29 +165,56 @@ def access_table(
         pool_code, pool_names = pd.factorize(names)
         srow, mode, block, lo, hi = srow[rows], mode[rows], block[rows], lo[rows], hi[rows]
     all_layers = (lo < 0) & (hi < 0)
+    pool = pool_code.astype(np.int64)
+    key = block_keys(pool, block)
+    lane = span_lane[srow]
+    start = spans["start"].to_numpy(np.int64)[srow]
+    order, seq = table_order(key, lane, start)
     table = AccessTable(
-        span=srow,
-        lane=span_lane[srow],
-        key=block_keys(pool_code.astype(np.int64), block),
-        pool=pool_code.astype(np.int64),
-        block=block,
-        mode=mode,
-        lo=np.where(all_layers, 0, lo),
-        hi=np.where(all_layers, ALL_LAYERS, hi),
-        start=spans["start"].to_numpy(np.int64)[srow],
-        end=ends[srow],
+        span=srow[order],
+        lane=lane[order],
+        key=key[order],
+        pool=pool[order],
+        block=block[order],
+        mode=mode[order],
+        lo=np.where(all_layers, 0, lo)[order],
+        hi=np.where(all_layers, ALL_LAYERS, hi)[order],
+        start=start[order],
+        end=ends[srow[order]],
+        seq=seq,
         pools=tuple(str(p) for p in pool_names),
         checked=checked,
     )
     return table, gaps
 
 
-def _rows_of(index: pd.Index, span_ids: np.ndarray, wanted: np.ndarray) -> np.ndarray:
+def table_order(
+    key: np.ndarray, lane: np.ndarray, start: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """The rows sorted by (key, lane, start), ties in row order: each key's accesses in runs
+    per lane, each run in program order (the order an :class:`AccessTable` keeps); and each
+    of those rows' place in start order. Stable sorts: by start (cheap on a trace's rows,
+    nearly in time order already), then a counting sort by (key, lane) where the codes are
+    dense enough."""
+    if not len(key):
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    by_start = np.argsort(start, kind="stable")
+    k = int(lane.max()) + 1
+    lo = int(key.min())
+    span = (int(key.max()) - lo + 1) * k
+    if span < 2**62 // max(k, 1):
+        place = stable_order((key[by_start] - lo) * k + lane[by_start], span)
+    else:
+        place = np.lexsort((lane[by_start], key[by_start]))
+    return by_start[place], place
+
+
+def _rows_of(span_ids: np.ndarray, wanted: np.ndarray) -> np.ndarray:
     """The row of each of ``wanted`` in ``span_ids`` (-1: none); a plain ``arange`` check first,
     as a trace whose accesses list their spans' rows in order needs no hashing."""
     if len(wanted) == len(span_ids) and np.array_equal(wanted, span_ids):
         return np.arange(len(wanted), dtype=np.int64)
-    return index.get_indexer(wanted).astype(np.int64)
+    return pd.Index(span_ids).get_indexer(wanted).astype(np.int64)
 
 
 def _scope_rows(pid: np.ndarray, scopes: dict[int, list[str]]) -> tuple[np.ndarray, np.ndarray]:

@@ -245,7 +245,7 @@ def thread_lanes(pids: np.ndarray, tids: np.ndarray) -> np.ndarray:
         return np.zeros(0, dtype=object)
     pid_codes, pid_values = pd.factorize(pids)
     tid_codes, tid_values = pd.factorize(tids)
-    pairs, inverse = np.unique(pid_codes * len(tid_values) + tid_codes, return_inverse=True)
+    inverse, pairs = pd.factorize(pid_codes * len(tid_values) + tid_codes)
     texts = np.array(
         [f"{pid_values[k // len(tid_values)]}/{tid_values[k % len(tid_values)]}" for k in pairs],
         dtype=object,

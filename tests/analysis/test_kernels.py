@@ -59,16 +59,24 @@ def test_wcp_kernels_agree(monkeypatch, seed):
     assert c_pairs == py_pairs
 
 
-def test_the_search_refuses_a_clock_entry_past_its_releases(monkeypatch):
+def test_the_search_refuses_rows_out_of_order(monkeypatch):
     monkeypatch.delenv("FDPROF_KERNELS", raising=False)
-    one = np.zeros(1, np.int64)
-    acc = {c: one for c in ("key", "lane", "start", "end", "lo", "hi", "at")}
-    acc |= {"write": np.ones(1, bool), "epoch": np.ones(1, np.int64)}
-    clock = {"ev_off": np.array([0, 1]), "times": one, "vc": np.array([5]),
+    two = np.zeros(2, np.int64)
+    acc = {
+        "key": np.array([1, 0]),
+        "lane": two,
+        "start": two,
+        "end": two,
+        "lo": two,
+        "hi": np.ones(2, np.int64),
+        "write": np.ones(2, bool),
+    }
+    clock = {"ev_off": np.array([0, 0]), "times": np.zeros(0, np.int64),
              "rel_off": np.array([0, 0]), "rel": np.zeros(0, np.int64),
-             "ta_off": np.array([0, 2]), "ta": np.zeros(2, np.int64)}  # fmt: skip
-    with pytest.raises(ValueError, match="clock entry out of range"):
-        kernels.unordered(1, np.zeros(1, np.int64), acc, clock, True)
+             "tb": np.zeros(0, np.int64), "ta_off": np.array([0, 2]),
+             "ta_time": np.zeros(2, np.int64)}  # fmt: skip
+    with pytest.raises(ValueError, match="not sorted"):
+        kernels.unordered(1, np.arange(2), np.arange(2), acc, clock, True)
 
 
 def test_the_worklist_refuses_an_item_out_of_range(monkeypatch):
