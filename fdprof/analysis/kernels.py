@@ -239,8 +239,8 @@ def unordered(
     order of lanes within each key. ``perm``: the rows to search, sorted by (key, lane,
     start), and ``by_time`` the same rows sorted by start (where the C kernel finds each
     access's place among its lane's clock events, by one merge); ``acc``: the access columns
-    ``key``, ``lane``, ``start``, ``end``, ``write``, ``lo``, ``hi``; ``clock``: ``ev_off``, ``times``, ``vc`` (lane ``l``'s events at
-    ``ev_off[l]:ev_off[l + 1]``), ``rel_off``, ``rel`` (each lane's release times) and
+    ``key``, ``lane``, ``start``, ``end``, ``write``, ``lo``, ``hi``; ``clock``: ``ev_off``,
+    ``times``, ``vc`` (lane ``l``'s events at ``ev_off[l]:ev_off[l + 1]``), ``rel_off``, ``rel`` (each lane's release times) and
     ``ta_off``, ``ta`` (the index of lane ``b``'s first event whose clock has entry ``a`` >=
     ``e``, at ``(ta_off[a] + e) * k + b``; the lane's event count: none), and the same bounds
     as times (:class:`fdprof.analysis.search.ClockIndex`: ``tb``, ``ta_time``). The C kernel
