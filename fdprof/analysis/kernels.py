@@ -240,13 +240,13 @@ def unordered(
     start), and ``by_time`` the same rows sorted by start (where the C kernel finds each
     access's place among its lane's clock events, by one merge); ``acc``: the access columns
     ``key``, ``lane``, ``start``, ``end``, ``write``, ``lo``, ``hi``; ``clock``: ``ev_off``,
-    ``times``, ``vc`` (lane ``l``'s events at ``ev_off[l]:ev_off[l + 1]``), ``rel_off``, ``rel`` (each lane's release times) and
-    ``ta_off``, ``ta`` (the index of lane ``b``'s first event whose clock has entry ``a`` >=
-    ``e``, at ``(ta_off[a] + e) * k + b``; the lane's event count: none), and the same bounds
-    as times (:class:`fdprof.analysis.search.ClockIndex`: ``tb``, ``ta_time``). The C kernel
-    reads those times with ``INT64_MIN``/``INT64_MAX`` for none, so accesses ending at
-    ``INT64_MIN`` or starting at ``INT64_MAX`` (±292 years) take the twin, which needs no
-    stand-in."""
+    ``times``, ``vc`` (lane ``l``'s events at ``ev_off[l]:ev_off[l + 1]``), ``rel_off``,
+    ``rel`` (each lane's release times), ``ta_off``, ``ta`` (the index of lane ``b``'s first
+    event whose clock has entry ``a`` >= ``e``, at ``(ta_off[a] + e) * k + b``; the lane's
+    event count: none), and the same bounds as times
+    (:class:`fdprof.analysis.search.ClockIndex`: ``tb``, ``ta_time``). The C kernel reads
+    those times with ``INT64_MIN``/``INT64_MAX`` for none, so accesses ending at ``INT64_MIN``
+    or starting at ``INT64_MAX`` (±292 years) take the twin, which needs no stand-in."""
     start, end = acc["start"][perm], acc["end"][perm]
     extreme = len(perm) and (start.max() == np.iinfo(I64).max or end.min() == np.iinfo(I64).min)
     if compiled() and not extreme:
