@@ -164,28 +164,44 @@ def access_table(
         names = np.asarray(pool_names, dtype=object)[pool_code[rows]] + suffix
         pool_code, pool_names = pd.factorize(names)
         srow, mode, block, lo, hi = srow[rows], mode[rows], block[rows], lo[rows], hi[rows]
-    all_layers = (lo < 0) & (hi < 0)
     pool = pool_code.astype(np.int64)
     key = block_keys(pool, block)
     lane = span_lane[srow]
     start = spans["start"].to_numpy(np.int64)[srow]
     order, seq = table_order(key, lane, start)
+    span = srow[order]
+    lo, hi = _layers(lo, hi, order)
     table = AccessTable(
-        span=srow[order],
+        span=span,
         lane=lane[order],
         key=key[order],
-        pool=pool[order],
+        pool=_taken(pool, order),
         block=block[order],
         mode=mode[order],
-        lo=np.where(all_layers, 0, lo)[order],
-        hi=np.where(all_layers, ALL_LAYERS, hi)[order],
+        lo=lo,
+        hi=hi,
         start=start[order],
-        end=ends[srow[order]],
+        end=ends[span],
         seq=seq,
         pools=tuple(str(p) for p in pool_names),
         checked=checked,
     )
     return table, gaps
+
+
+def _taken(values: np.ndarray, order: np.ndarray) -> np.ndarray:
+    """``values[order]``, with no gather where every value is the same (one pool)."""
+    if len(values) and (values == values[0]).all():
+        return np.full(len(order), values[0], dtype=values.dtype)
+    return values[order]
+
+
+def _layers(lo: np.ndarray, hi: np.ndarray, order: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The layer ranges in ``order``, ``-1/-1`` (all layers) as ``[0, ALL_LAYERS)``."""
+    all_layers = (lo < 0) & (hi < 0)
+    if all_layers.all():  # the common case: no gather
+        return np.zeros(len(order), np.int64), np.full(len(order), ALL_LAYERS, np.int64)
+    return np.where(all_layers, 0, lo)[order], np.where(all_layers, ALL_LAYERS, hi)[order]
 
 
 def table_order(
@@ -210,11 +226,17 @@ def table_order(
 
 
 def _rows_of(span_ids: np.ndarray, wanted: np.ndarray) -> np.ndarray:
-    """The row of each of ``wanted`` in ``span_ids`` (-1: none); a plain ``arange`` check first,
-    as a trace whose accesses list their spans' rows in order needs no hashing."""
+    """The row of each of ``wanted`` in ``span_ids`` (-1: none). Readers number spans in
+    order, and list accesses in runs of that order: a binary search then walks the ids
+    nearly in sequence, where hashing them would not."""
     if len(wanted) == len(span_ids) and np.array_equal(wanted, span_ids):
         return np.arange(len(wanted), dtype=np.int64)
-    return pd.Index(span_ids).get_indexer(wanted).astype(np.int64)
+    if not (len(span_ids) < 2 or bool((span_ids[1:] > span_ids[:-1]).all())):
+        return pd.Index(span_ids).get_indexer(wanted).astype(np.int64)
+    pos = np.searchsorted(span_ids, wanted)
+    found = pos < len(span_ids)
+    found[found] = span_ids[pos[found]] == wanted[found]
+    return np.where(found, pos, -1)
 
 
 def _scope_rows(pid: np.ndarray, scopes: dict[int, list[str]]) -> tuple[np.ndarray, np.ndarray]:

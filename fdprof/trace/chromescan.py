@@ -55,10 +55,16 @@ class Scanner:
 
     def take(self) -> Scanned:
         strings, events, args, ints, strs = self._c.take()
-        ev, arg = np.frombuffer(events, EVENT), np.frombuffer(args, ARG)
-        cols = {f: ev[f] for f in EVENT.names} | {f: arg[f] for f in ARG.names}
+        cols = {**_columns(events, EVENT), **_columns(args, ARG)}
         cols |= {"l_int": np.frombuffer(ints, np.int64), "l_str": np.frombuffer(strs, np.int64)}
         return Scanned(strings, cols)
+
+
+def _columns(data: bytes, dtype: np.dtype) -> dict[str, np.ndarray]:
+    """The scanner's records, one column after another, as arrays by field."""
+    rows = len(data) // dtype.itemsize
+    return {name: np.frombuffer(data, dtype.fields[name][0], rows, i * rows * 8)
+            for i, name in enumerate(dtype.names)}  # fmt: skip
 
 
 class Scanned:
