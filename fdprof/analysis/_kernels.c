@@ -590,6 +590,80 @@ fail:
     return NULL;
 }
 
+/* ---- WCP rule (a) ---------------------------------------------------------------------- */
+
+/* rule_a(k, m, group, hold, cls, class_lo, class_hi, n_classes, write, rel_row, h_full, n_sync,
+ *        span) -> (span rows, clocks) as bytes of int64.
+ * The m (hold, access) pairs sorted by group (one lock and one block) and, within it, by the
+ * hold's place in its lock's order. For each pair, the join of the release clocks
+ * (h_full[rel_row]) of the earlier holds of its group with a conflicting access: a write
+ * conflicts with any access whose layer range meets its own, a read with such writes; per
+ * layer class, the running join of the earlier holds' releases, all accesses and writes apart.
+ * Pairs whose join is not all zero come back, as (the access's span, the join). */
+static PyObject *rule_a(PyObject *self, PyObject *args) {
+    Py_ssize_t k, m, n_classes, n_sync;
+    PyObject *group_o, *hold_o, *cls_o, *clo_o, *chi_o, *write_o, *rel_o, *h_o, *span_o;
+    if (!PyArg_ParseTuple(args, "nnOOOOOnOOOnO", &k, &m, &group_o, &hold_o, &cls_o, &clo_o,
+                          &chi_o, &n_classes, &write_o, &rel_o, &h_o, &n_sync, &span_o))
+        return NULL;
+    Views v = {.used = 0};
+    const int64_t *group, *hold, *cls, *clo, *chi, *rel, *h, *span;
+    const uint8_t *write;
+    if (!(group = get(&v, group_o, 0, m, 8, "group")) || !(hold = get(&v, hold_o, 0, m, 8, "hold")) ||
+        !(cls = get(&v, cls_o, 0, m, 8, "cls")) ||
+        !(clo = get(&v, clo_o, 0, n_classes, 8, "class_lo")) ||
+        !(chi = get(&v, chi_o, 0, n_classes, 8, "class_hi")) ||
+        !(write = get(&v, write_o, 0, m, 1, "write")) || !(rel = get(&v, rel_o, 0, m, 8, "rel_row")) ||
+        !(h = get(&v, h_o, 0, n_sync * k, 8, "h_full")) || !(span = get(&v, span_o, 0, m, 8, "span"))) {
+        release_views(&v);
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < m; i++)
+        if (cls[i] < 0 || cls[i] >= n_classes || rel[i] < 0 || rel[i] >= n_sync ||
+            (i > 0 && (group[i] < group[i - 1] || (group[i] == group[i - 1] && hold[i] < hold[i - 1])))) {
+            release_views(&v);
+            PyErr_SetString(PyExc_ValueError, "_kernels: rule (a) pairs out of range or order");
+            return NULL;
+        }
+    Py_ssize_t width = n_classes * k;
+    int64_t *all = calloc(width + 1, sizeof(int64_t)), *wr = calloc(width + 1, sizeof(int64_t));
+    int64_t *joined = calloc(k + 1, sizeof(int64_t));
+    Vec spans = {0}, clocks = {0};
+    int rc = all && wr && joined ? 0 : -1;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t g0 = 0, g1; rc == 0 && g0 < m; g0 = g1) {
+        for (g1 = g0 + 1; g1 < m && group[g1] == group[g0]; g1++) {}
+        memset(all, 0, width * sizeof(int64_t)), memset(wr, 0, width * sizeof(int64_t));
+        for (Py_ssize_t s0 = g0, s1; rc == 0 && s0 < g1; s0 = s1) {
+            for (s1 = s0 + 1; s1 < g1 && hold[s1] == hold[s0]; s1++) {}
+            for (Py_ssize_t i = s0; rc == 0 && i < s1; i++) { /* what earlier holds give */
+                int64_t lo = clo[cls[i]], hi = chi[cls[i]], any = 0;
+                memset(joined, 0, k * sizeof(int64_t));
+                for (Py_ssize_t c = 0; c < n_classes; c++)
+                    if (clo[c] < hi && lo < chi[c]) join(joined, (write[i] ? all : wr) + c * k, k);
+                for (Py_ssize_t j = 0; j < k; j++) any |= joined[j];
+                if (!any) continue;
+                if (push(&spans, span[i]) < 0) rc = -1;
+                for (Py_ssize_t j = 0; rc == 0 && j < k; j++)
+                    if (push(&clocks, joined[j]) < 0) rc = -1;
+            }
+            for (Py_ssize_t i = s0; i < s1; i++) { /* then this hold joins the group's past */
+                const int64_t *r = h + rel[i] * k;
+                join(all + cls[i] * k, r, k);
+                if (write[i]) join(wr + cls[i] * k, r, k);
+            }
+        }
+    }
+    Py_END_ALLOW_THREADS
+    free(all), free(wr), free(joined);
+    release_views(&v);
+    if (rc < 0) {
+        free(spans.data), free(clocks.data);
+        return PyErr_NoMemory();
+    }
+    return Py_BuildValue("(NN)", vec_bytes(&spans), vec_bytes(&clocks));
+}
+
 /* counting_sort(codes, n_codes) -> bytes of int64: the rows of codes (each in [0, n_codes))
  * in stable order of code, in O(rows + n_codes). */
 static PyObject *counting_sort(PyObject *self, PyObject *args) {
@@ -628,6 +702,7 @@ fail:
 
 static PyMethodDef methods[] = {
     {"counting_sort", counting_sort, METH_VARARGS, "stable counting sort of dense codes"},
+    {"rule_a", rule_a, METH_VARARGS, "WCP rule (a): the joins landing at span starts"},
     {"hb_worklist", hb_worklist, METH_VARARGS, "happens-before clocks by worklist"},
     {"wcp_worklist", wcp_worklist, METH_VARARGS, "WCP clocks by worklist"},
     {"unordered", unordered, METH_VARARGS, "unordered conflicting access pairs"},

@@ -351,3 +351,71 @@ def stable_order(codes: np.ndarray, n_codes: int) -> np.ndarray:
     if compiled() and n_codes <= 4 * len(codes) + (1 << 16):
         return np.frombuffer(_c.counting_sort(codes, len(codes), n_codes), dtype=I64)
     return np.argsort(codes, kind="stable")
+
+
+def rule_a(
+    k: int,
+    group: np.ndarray,
+    hold: np.ndarray,
+    cls: np.ndarray,
+    class_lo: np.ndarray,
+    class_hi: np.ndarray,
+    write: np.ndarray,
+    rel_row: np.ndarray,
+    h_full: np.ndarray,
+    span: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
+    """WCP's rule (a) (:mod:`fdprof.analysis.predict`) over (hold, access) pairs sorted by
+    ``group`` (one lock and one block) and, within it, by ``hold`` (the hold's place in its
+    lock's order): for each pair, the join of the release clocks (``h_full[rel_row]``) of the
+    group's earlier holds with an access conflicting with it (a write: any access whose layer
+    class meets its own; a read: such a write). Returns the spans that receive a non-zero join
+    (ascending) and the join of theirs, ``(spans, k)``."""
+    if compiled():
+        spans, clocks = _c.rule_a(
+            k, len(group), _i64(group), _i64(hold), _i64(cls), _i64(class_lo), _i64(class_hi),
+            len(class_lo), _u8(write), _i64(rel_row), _i64(h_full), len(h_full), _i64(span),
+        )  # fmt: skip
+        spans = np.frombuffer(spans, dtype=I64)
+        clocks = np.frombuffer(clocks, dtype=I64).reshape(len(spans), k)
+    else:
+        spans, clocks = _rule_a_numpy(k, group, hold, cls, class_lo, class_hi, write, rel_row,
+                                      h_full, span)  # fmt: skip
+    if not len(spans):
+        return spans, clocks
+    order = np.argsort(spans, kind="stable")
+    spans, clocks = spans[order], clocks[order]
+    first = np.flatnonzero(np.concatenate([[True], spans[1:] != spans[:-1]]))
+    return spans[first], np.maximum.reduceat(clocks, first, axis=0)
+
+
+def _rule_a_numpy(k, group, hold, cls, class_lo, class_hi, write, rel_row, h_full, span):
+    """The twin: per layer class, per clock entry, a running maximum over each group's rows
+    (offset per group so one pass serves every group), read at each hold's first row."""
+    m = len(group)
+    write = np.asarray(write, dtype=bool)
+    new_group = np.ones(m, dtype=bool)
+    new_group[1:] = group[1:] != group[:-1]
+    new_hold = new_group.copy()
+    new_hold[1:] |= hold[1:] != hold[:-1]
+    hold_start = np.maximum.accumulate(np.where(new_hold, np.arange(m), 0))
+    h_rel = h_full[rel_row]
+    lo, hi = class_lo[cls], class_hi[cls]
+    base = (np.cumsum(new_group) - 1) * (int(h_full.max(initial=0)) + 1)
+    joined = np.zeros((m, k), dtype=I64)
+    for c, (c_lo, c_hi) in enumerate(zip(class_lo.tolist(), class_hi.tolist(), strict=True)):
+        in_class = cls == c
+        meets = (c_lo < hi) & (lo < c_hi)
+        for writes_only, needs in ((False, write), (True, ~write)):
+            # a write conflicts with any access of the class, a read with its writes only
+            take = meets & needs
+            src = in_class & (write if writes_only else True)
+            if not (take.any() and src.any()):
+                continue
+            for j in range(k):
+                run = np.maximum.accumulate(base + np.where(src, h_rel[:, j], 0))
+                before = np.where(hold_start > 0, run[np.maximum(hold_start - 1, 0)], -1)
+                earlier = np.where(before >= base, before - base, 0)  # an earlier hold, same group
+                joined[take, j] = np.maximum(joined[take, j], earlier[take])
+    hit = joined.any(axis=1)
+    return span[hit], joined[hit]

@@ -43,7 +43,7 @@ import pandas as pd
 from fdprof import semconv as S
 from fdprof.analysis.clocks import LaneClocks, sync_clocks
 from fdprof.analysis.hazards import HazardReport, Prepared, prepare
-from fdprof.analysis.kernels import WcpStep, Worklist, run_worklist
+from fdprof.analysis.kernels import WcpStep, Worklist, rule_a, run_worklist, stable_order
 from fdprof.analysis.locks import lock_holds
 from fdprof.analysis.tables import SyncTable
 
@@ -115,45 +115,24 @@ def _rule_a(p: Prepared, holds, hard: LaneClocks, h_full, h_hard, rel_before, la
     hold_idx, x = _bodies(acc, holds, hard, h_hard, rel_before, lane, time, k)
     if len(x) == 0:
         return empty
-    lock = holds["lock"].to_numpy(np.int64)[hold_idx]
-    order = holds["order"].to_numpy(np.int64)[hold_idx]
+    # the pairs by hold (holds are in (lock, order) order), then stably by block: each
+    # (block, lock) group's pairs contiguous, in lock order
+    by_hold = stable_order(hold_idx, len(holds))
+    hold_idx, x = hold_idx[by_hold], x[by_hold]
     key = acc.key[x]
-    sort = np.lexsort((order, key, lock))
-    hold_idx, x, lock, order, key = hold_idx[sort], x[sort], lock[sort], order[sort], key[sort]
-    m = len(x)
-    pos = np.arange(m)
-    new_group = np.ones(m, dtype=bool)
-    new_group[1:] = (lock[1:] != lock[:-1]) | (key[1:] != key[:-1])
-    group = np.cumsum(new_group) - 1
-    new_hold = new_group.copy()
-    new_hold[1:] |= order[1:] != order[:-1]
-    hold_start = np.maximum.accumulate(np.where(new_hold, pos, 0))  # first row of this hold
-    h_rel = h_full[holds["release_row"].to_numpy(np.int64)[hold_idx]]
-    write, lo, hi = acc.write[x], acc.lo[x], acc.hi[x]
-    big = int(h_full.max(initial=0)) + 1
-    base = group * big
-    joined = np.zeros((m, k), dtype=np.int64)
-    classes = np.unique(np.stack([lo, hi], axis=1), axis=0)
-    for c_lo, c_hi in classes.tolist():
-        in_class = (lo == c_lo) & (hi == c_hi)
-        meets = (c_lo < hi) & (lo < c_hi)
-        for writes_only, needs in ((False, write), (True, ~write)):
-            # a write conflicts with any access of the class, a read with its writes only
-            take = meets & needs
-            src = in_class & (write if writes_only else True)
-            if not (take.any() and src.any()):
-                continue
-            for j in range(k):
-                run = np.maximum.accumulate(base + np.where(src, h_rel[:, j], 0))
-                before = np.where(hold_start > 0, run[np.maximum(hold_start - 1, 0)], -1)
-                earlier = np.where(before >= base, before - base, 0)  # an earlier hold, same group
-                joined[take, j] = np.maximum(joined[take, j], earlier[take])
-    hit = joined.any(axis=1)
-    if not hit.any():
-        return empty
-    span = acc.span[x[hit]]
-    frame = pd.DataFrame(joined[hit]).groupby(span).max()
-    return frame.index.to_numpy(np.int64), frame.to_numpy(np.int64)
+    lo_key = int(key.min())
+    by_key = stable_order(key - lo_key, int(key.max()) - lo_key + 1)
+    hold_idx, x, key = hold_idx[by_key], x[by_key], key[by_key]
+    lock = holds["lock"].to_numpy(np.int64)[hold_idx]
+    group = np.cumsum(np.concatenate([[True], (key[1:] != key[:-1]) | (lock[1:] != lock[:-1])]))
+    lo, hi = acc.lo[x], acc.hi[x]
+    if (lo == lo[0]).all() and (hi == hi[0]).all():  # one layer class: the common case
+        classes, cls = np.array([[lo[0], hi[0]]]), np.zeros(len(x), np.int64)
+    else:
+        classes, cls = np.unique(np.stack([lo, hi], axis=1), axis=0, return_inverse=True)
+    return rule_a(k, group, holds["order"].to_numpy(np.int64)[hold_idx], cls.ravel(),
+                  classes[:, 0], classes[:, 1], acc.write[x],
+                  holds["release_row"].to_numpy(np.int64)[hold_idx], h_full, acc.span[x])
 
 
 def _bodies(acc, holds, hard: LaneClocks, h_hard, rel_before, lane, time, k):
