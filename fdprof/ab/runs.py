@@ -73,6 +73,8 @@ class RunOutcome:
     manifest: dict[str, Any] = field(default_factory=dict)
     #: py-spy's samples attributed to the spans, raw (summable over runs); None without them
     python_time: tuple[pd.DataFrame, pd.DataFrame] | None = None
+    #: what the trace reader warned about (:class:`fdprof.trace.model.TraceWarning`)
+    warnings: list = field(default_factory=list)
 
     @property
     def name(self) -> str:
@@ -128,6 +130,7 @@ def analyse_run(
     outcome.swap_overlap, outcome.device_breakdown = _device_side(trace, breakdown)
     outcome.timeline, outcome.timeline_window = _timeline_excerpt(trace)
     outcome.python_time = python_time.attribute(trace)
+    outcome.warnings = list(trace.warnings)
     if perfetto_dir is not None:
         perfetto_dir.mkdir(parents=True, exist_ok=True)
         outcome.perfetto = perfetto_dir / f"{mode}-{index}.json"

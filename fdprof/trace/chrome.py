@@ -676,7 +676,8 @@ def _finish(trace: Trace, b: _Builder) -> Trace:
     )
     unpaired = _bind_flows(spans, syncs)
     if unpaired:
-        trace.warn(f"{unpaired} flow event(s) without the other end of their flow were ignored")
+        trace.warn(f"{unpaired} flow event(s) without the other end of their flow were ignored",
+                   "unpaired_flow", unpaired)  # fmt: skip
     release_freed()  # the per-batch parts and flow binding's temporaries, before the frames
     processes = {
         "pid": procs,
@@ -696,10 +697,13 @@ def _finish(trace: Trace, b: _Builder) -> Trace:
         )
     open_spans = int((spans["end"] == -1).sum())
     if open_spans:
-        trace.warn(f"{open_spans} span(s) begun (B/b) but never ended: end = -1")
+        trace.warn(f"{open_spans} span(s) begun (B/b) but never ended: end = -1", "unended_span",
+                   open_spans)  # fmt: skip
     if b.unmatched_ends:
-        trace.warn(f"{b.unmatched_ends} end event(s) (E/e) without a begin were ignored")
+        trace.warn(f"{b.unmatched_ends} end event(s) (E/e) without a begin were ignored",
+                   "unmatched_end", b.unmatched_ends)  # fmt: skip
     if b.ignored:
         phases = ", ".join(f"{short(ph)} ×{n}" for ph, n in sorted(b.ignored.items()))
-        trace.warn(f"ignored events of unsupported phases: {phases}")
+        trace.warn(f"ignored events of unsupported phases: {phases}", "unsupported_phase",
+                   sum(b.ignored.values()))  # fmt: skip
     return trace

@@ -271,7 +271,8 @@ def _unique_span_ids(path: Path, span_id: np.ndarray) -> None:
 def _manifest(path: Path, trace: Trace) -> dict[str, Any]:
     manifest_path = path / MANIFEST
     if not os.path.lexists(manifest_path):
-        trace.warn(f"{path}: no {MANIFEST} (run manifest); reading the .rec files alone")
+        trace.warn(f"{path}: no {MANIFEST} (run manifest); reading the .rec files alone",
+                   "no_manifest")  # fmt: skip
         return {}
     size = limits.current().event_size
     data = _read_inside(path, MANIFEST, size + 1 if size else None)
@@ -289,7 +290,8 @@ def _manifest(path: Path, trace: Trace) -> dict[str, Any]:
     _check_manifest(manifest_path, manifest)
     status = manifest.get("status")
     if status != "ok":
-        trace.warn(f"run status is {status!r}: records are read up to each process's last one")
+        trace.warn(f"run status is {status!r}: records are read up to each process's last one",
+                   "run_not_ok")  # fmt: skip
     return manifest
 
 
@@ -343,13 +345,15 @@ def _record_paths(
         pid = proc["pid"] if proc.get("pid") is not None else -1
         named.append((path / record, pid, f"{MANIFEST} says"))
         if not os.path.lexists(path / record):
-            trace.warn(f"process {proc.get('pid')}: record file {record} is missing")
+            trace.warn(f"process {proc.get('pid')}: record file {record} is missing",
+                       "missing_record")  # fmt: skip
     if not named:  # the probe names files <role>-<dp rank>-<pid>.rec
         return [(p, _pid_in_name(p), "its name says") for p in paths] or _no_records(path)
     names = {p for p, _, _ in named}
     strangers = [p.name for p in paths if p not in names]
     if strangers:
-        trace.warn(f"not read, not in {MANIFEST}: {', '.join(strangers)}")
+        trace.warn(f"not read, not in {MANIFEST}: {', '.join(strangers)}", "stray_record",
+                   len(strangers))  # fmt: skip
     return [n for n in named if os.path.lexists(n[0])] or _no_records(path)
 
 
@@ -529,7 +533,8 @@ def _build(trace: Trace, files: list[_File], by_pid: dict[int, dict[str, Any]]) 
     trace.meta["epoch_anchors"] = {f.pid: f.header.epoch_anchor_ns for f in files}
     unended = sum(f.unended for f in files)
     if unended:
-        trace.warn(f"{unended} span(s) never ended (end = -1): a process was killed or cut")
+        trace.warn(f"{unended} span(s) never ended (end = -1): a process was killed or cut",
+                   "unended_span", unended)  # fmt: skip
 
 
 def _rank(manifest: Any, header: int) -> int:

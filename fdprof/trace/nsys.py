@@ -511,7 +511,9 @@ def _host_waits(
     if unplaced:
         trace.warn(
             f"{unplaced} CUDA event synchronisation(s) (event synchronize, stream wait on an "
-            "event) are not edges: the export does not say where their events were recorded"
+            "event) are not edges: the export does not say where their events were recorded",
+            "unplaced_event_sync",
+            unplaced,
         )
 
 
@@ -574,4 +576,4 @@ def _assemble(trace: Trace, rows: _Rows, procs: dict[int, str], offset: int, anc
     assemble(trace, spans, rows.attrs.build(), syncs, processes)
     unended = int((end == -1).sum())
     if unended:
-        trace.warn(f"{unended} range(s) never ended (end = -1)")
+        trace.warn(f"{unended} range(s) never ended (end = -1)", "unended_span", unended)

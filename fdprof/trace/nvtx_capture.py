@@ -212,7 +212,8 @@ def read_nvtx_capture(path: str | Path) -> Trace:
     )
     for cap in caps:
         if cap.dropped:
-            trace.warn(f"pid {cap.pid}: {cap.dropped} NVTX events dropped (capture file full)")
+            trace.warn(f"pid {cap.pid}: {cap.dropped} NVTX events dropped (capture file full)",
+                       "nvtx_dropped", cap.dropped)  # fmt: skip
     return trace.validate()
 
 
