@@ -10,6 +10,8 @@ added; removing, renaming or retyping one, or changing what it means, bumps the 
 
 from __future__ import annotations
 
+import json
+import math
 from collections.abc import Iterable
 from typing import Any
 
@@ -39,3 +41,20 @@ def warnings_json(sources: Iterable[tuple[str | None, Iterable[Any]]]) -> list[d
     """The ``warnings`` list of an output: each trace's warnings (:class:`TraceWarning`) as
     ``{code, count, message}``, with ``source`` (which trace) where an output reads several."""
     return [w.to_json(source) for source, warnings in sources for w in warnings]
+
+
+def dumps(data: dict[str, Any]) -> str:
+    """An output as JSON text, strictly JSON: a number that is not finite (a ratio of
+    nothing, an empty spread's percentile) is ``null``, never the ``NaN`` a strict parser
+    (jq, JavaScript's, Go's) refuses."""
+    return json.dumps(_finite(data), allow_nan=False)
+
+
+def _finite(value: Any) -> Any:
+    if type(value) is float:
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value

@@ -10,7 +10,6 @@ the ratio is the gain.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,6 +27,7 @@ from fdprof.analysis.whatif import what_if_drop_lock
 from fdprof.errors import FdprofError
 from fdprof.probe.run_manifest import MANIFEST
 from fdprof.trace import load, save
+from fdprof.trace.jsonstream import loads
 from fdprof.trace.model import Trace
 
 #: throughput units, in order of preference (the first every run of a session has wins)
@@ -155,7 +155,7 @@ def _manifest(run_dir: Path) -> dict[str, Any]:
     if not path.exists():
         return {}
     try:
-        return json.loads(path.read_text())
+        return loads(path.read_text())
     except ValueError as exc:
         raise FdprofError(f"{path}: not JSON ({exc})") from None
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import json
 import os
 import pkgutil
 import signal
@@ -15,7 +14,7 @@ import traceback
 from pathlib import Path
 
 from fdprof import files, interrupts
-from fdprof.contracts import stamped
+from fdprof.contracts import dumps, stamped
 from fdprof.errors import FdprofError, missing_extra
 from fdprof.trace import Trace, limits, load
 
@@ -180,7 +179,7 @@ def _bad_input(args: argparse.Namespace, message: str, code: int = 2) -> int:
 def print_error_object(command: str | None, message: str, code: int) -> None:
     """The JSON error object on stdout (schema ``fdprof.error``)."""
     error = {"command": command, "message": message, "exit_code": code}
-    print(json.dumps(stamped("error", {"error": error})), flush=True)
+    print(dumps(stamped("error", {"error": error})), flush=True)
 
 
 def _internal_error(args: argparse.Namespace, exc: BaseException) -> int:

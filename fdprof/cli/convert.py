@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 from fdprof.cli import add_force_argument, claim_output, load_trace
-from fdprof.contracts import schema, warnings_json
+from fdprof.contracts import dumps, schema, warnings_json
 from fdprof.trace import WRITERS, output_format, save
 
 
@@ -43,7 +42,7 @@ def handle(args: argparse.Namespace) -> int:
         "warnings": warnings_json([(None, trace.warnings)]),
     }
     if args.json:
-        print(json.dumps(summary))
+        print(dumps(summary))
     else:
         print(f"wrote {summary['spans']} spans, {summary['syncs']} syncs to {args.output} ({to})")
     return 0

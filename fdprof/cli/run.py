@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -15,7 +14,7 @@ from fdprof.cli._engine_options import (
     capture_plan,
     engine_config,
 )
-from fdprof.contracts import stamped
+from fdprof.contracts import dumps, stamped
 
 
 def register(subparsers) -> None:
@@ -102,5 +101,5 @@ def handle(args: argparse.Namespace) -> int:
     results = run_engine(config, probe_config, observers, progress, env, args.reference)
     results = results.to_json()
     capture.finish(run_dir)
-    print(json.dumps(stamped("run", results)) if args.json else _summary(results))
+    print(dumps(stamped("run", results)) if args.json else _summary(results))
     return 0 if intact(results) or config.fault else 1
