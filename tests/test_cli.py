@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from schemas import validate
 
 from fdprof.cli import build_parser, main
 
@@ -124,6 +125,7 @@ def test_every_json_option_gets_a_json_error_object_on_bad_input(command, tmp_pa
     argv = [a.format(bad=bad, out=tmp_path / "o.json") for a in command]
     assert main(argv) == 2
     captured = capsys.readouterr()
+    validate("error", json.loads(captured.out))
     error = json.loads(captured.out)["error"]
     assert error["command"] == command[0] and error["exit_code"] == 2
     assert f"fdprof {command[0]}: {error['message']}" == captured.err.strip()

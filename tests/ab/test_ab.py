@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 import pytest
+from schemas import validate
 
 
 @pytest.fixture(scope="module")
@@ -19,7 +20,9 @@ def ab_run(tmp_path_factory):
 
 
 def test_json_has_the_contract_keys(ab_run):
-    _, data = ab_run
+    out, data = ab_run
+    validate("ab", data)
+    validate("ab", json.loads((out / "ab.json").read_text()))
     for key in ("verdict", "settings", "runs", "baseline", "candidate", "gain", "ideal",
                 "what_if_drop_lock", "integrity_mismatches", "report"):  # fmt: skip
         assert key in data

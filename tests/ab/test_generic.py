@@ -4,6 +4,7 @@ import json
 import math
 
 import pytest
+from schemas import validate
 
 from .conftest import fdprof_ab, toy
 
@@ -12,6 +13,7 @@ def test_two_commands_run_interleaved_each_in_its_own_directory(toy_ab):
     out, result = toy_ab
     assert result.returncode == 0, result.stderr
     data = json.loads((out / "ab.json").read_text())
+    validate("ab", data)
     runs = data["runs"]
     assert [(r["mode"], r["index"]) for r in runs] == [
         ("baseline", 0), ("candidate", 0), ("candidate", 1), ("baseline", 1),
