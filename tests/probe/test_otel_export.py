@@ -162,10 +162,10 @@ def test_a_collecting_scraper_gets_the_final_counts(tmp_path):
     scraper.start()
     while not scraper.last:
         time.sleep(0.05)
-    assert "fd_generated_tokens_total{" not in scraper.last
+    worker = 'dp_rank="0",kv_lock="unknown",role="worker"'
+    assert f"fd_generated_tokens_total{{{worker}}} 0.0" in scraper.last  # from the start
     assert _stop_in_thread(obs)
     scraper.join(30)
-    worker = 'dp_rank="0",kv_lock="unknown",role="worker"'
     assert f"fd_generated_tokens_total{{{worker}}} {3.0 * N_REQ}" in scraper.last
 
 
