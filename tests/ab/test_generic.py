@@ -102,3 +102,25 @@ def test_bad_options_are_one_line_exit_2(tmp_path, args, message):
     r = fdprof_ab(*args, "--out", tmp_path, timeout=120)
     assert r.returncode == 2 and message in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1
+
+
+def test_a_second_ab_into_the_same_out_refuses_unless_force(tmp_path):
+    """An A/B of 3 pairs, then one of 2 into the same --out: refused (nothing touched); with
+    --force it replaces the first, leaving one consistent report: no run 2 or its Perfetto
+    file beside the new one (what an A/B over the 5-run demo used to leave)."""
+    out = tmp_path / "ab"
+    first = fdprof_ab("--baseline", toy(), "--candidate", toy(), "--runs", 3, "--out", out)
+    assert first.returncode == 0, first.stderr
+    before = sorted(p.relative_to(out) for p in out.rglob("*"))
+    again = fdprof_ab("--baseline", toy(), "--candidate", toy(), "--runs", 2, "--out", out)
+    assert again.returncode == 2 and "is not empty" in again.stderr
+    assert sorted(p.relative_to(out) for p in out.rglob("*")) == before
+    forced = fdprof_ab("--baseline", toy(), "--candidate", toy(), "--runs", 2, "--out", out,
+                       "--force")  # fmt: skip
+    assert forced.returncode == 0, forced.stderr
+    assert sorted(p.name for p in (out / "runs").iterdir()) == [
+        "baseline-0", "baseline-1", "candidate-0", "candidate-1"]  # fmt: skip
+    assert sorted(p.name for p in (out / "perfetto").iterdir()) == [
+        "baseline-0.json", "baseline-1.json", "candidate-0.json", "candidate-1.json"]  # fmt: skip
+    data = json.loads((out / "ab.json").read_text())
+    assert len(data["runs"]) == 4 and {r["index"] for r in data["runs"]} == {0, 1}
