@@ -90,6 +90,8 @@ def handle(args: argparse.Namespace) -> int:
 
     config = engine_config(args)
     run_dir = files.resolved(args.out)
+    if args.nsys and not nsys.inside_nsys():
+        nsys.nsys_executable()  # without nsys: one line, and no directory made
     if not nsys.inside_nsys():  # under nsys: the run that started it claimed the directory
         claim_output(run_dir, args.force)
     if args.nsys and not nsys.inside_nsys():
