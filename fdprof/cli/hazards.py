@@ -11,6 +11,7 @@ from fdprof.analysis.predict import predict_races
 from fdprof.analysis.whatif import what_if_drop_lock
 from fdprof.cli import SAFETY_RULE, load_trace
 from fdprof.cli._report_options import add_report_arguments, emit
+from fdprof.contracts import stamped, warnings_json
 from fdprof.errors import FdprofError
 from fdprof.report.tables import document
 
@@ -62,9 +63,9 @@ def handle(args: argparse.Namespace) -> int:
             f"{args.trace}: no KV-block accesses (kv.* span attributes) to check; an Nsight "
             "Systems export needs --join RUN_DIR, a foreign trace has none"
         )
-    doc = document(report)
+    doc = document(report, trace.origin)
     if what_if is not None:
-        doc = doc.then(document(what_if), {**report.to_json(),
-                                           "what_if_drop_lock": what_if.to_json()})  # fmt: skip
-    emit(args, doc)
+        doc = doc.then(document(what_if), stamped("hazards", {
+            **report.to_json(), "what_if_drop_lock": what_if.to_json()}))  # fmt: skip
+    emit(args, doc, warnings_json([(None, trace.warnings)]))
     return 0 if report.clean and (what_if is None or what_if.safe) else 1

@@ -112,8 +112,10 @@ def load(path: str | Path, join: str | Path | None = None) -> Trace:
     ranges (matched by the span id each range carries as its payload).
     """
     path = Path(path)
-    if not path.exists():
-        raise FdprofError(f"{path}: no such file or directory")
+    try:
+        os.stat(path)
+    except OSError as exc:  # missing, a loop of symbolic links, a directory not searchable
+        raise FdprofError(f"{path}: {(exc.strerror or 'cannot be read').lower()}") from None
     first = head(path)
     for sniff, read in READERS:
         if sniff(path, first):
