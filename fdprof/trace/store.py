@@ -218,9 +218,14 @@ class StoreWriter:
             "too_wide": int(too_wide),
             "meta": _encode_meta(meta, self.path),
         }
-        tmp = self.path / f".{MANIFEST}.tmp"
-        tmp.write_text(json.dumps(doc, indent=1) + "\n")
-        os.replace(tmp, self.path / MANIFEST)
+        write_manifest(self.path, doc)
+
+
+def write_manifest(path: Path, doc: dict[str, Any]) -> None:
+    """``store.json``, replaced whole (a reader sees the old one or the new one)."""
+    tmp = Path(path) / f".{MANIFEST}.tmp"
+    tmp.write_text(json.dumps(doc, indent=1) + "\n")
+    os.replace(tmp, Path(path) / MANIFEST)
 
 
 def _to_arrow(table: str, df: pd.DataFrame, extra: dict[str, Any] | None = None) -> pa.Table:
