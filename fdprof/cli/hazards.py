@@ -9,12 +9,22 @@ from pathlib import Path
 from fdprof.analysis.hazards import find_hazards
 from fdprof.analysis.predict import predict_races
 from fdprof.analysis.whatif import what_if_drop_lock
-from fdprof.cli import load_trace
+from fdprof.cli import add_dask_argument, load_trace
 from fdprof.cli._report_options import add_report_arguments, emit
 from fdprof.errors import FdprofError
 from fdprof.report.tables import document
 
 WHAT_IFS = ("drop-lock",)
+
+
+def _on_dask(args: argparse.Namespace):
+    from fdprof.analysis import distributed
+
+    with (
+        distributed.client_for(args.dask or None) as client,
+        distributed.as_store(args.trace, lambda p: load_trace(args, p)) as path,
+    ):
+        return distributed.find_hazards(path, client, predict=args.predict)
 
 
 def register(subparsers) -> None:
@@ -44,17 +54,24 @@ def register(subparsers) -> None:
         "make the exit 1",
     )
     p.add_argument("--join", type=Path, default=None, help="run directory to join (nsys traces)")
+    add_dask_argument(p)
     add_report_arguments(p)
     p.set_defaults(func=handle)
 
 
 def handle(args: argparse.Namespace) -> int:
-    trace = load_trace(args, args.trace, args.join)
-    what_if = what_if_drop_lock(trace) if args.what_if == "drop-lock" else None
-    if args.predict:
-        report = predict_races(trace)
+    if args.dask is not None:
+        if args.what_if or args.join:
+            raise FdprofError("--dask runs hazards and --predict; not --what-if or --join")
+        report = _on_dask(args)
+        what_if = None
     else:
-        report = what_if.with_lock if what_if is not None else find_hazards(trace)
+        trace = load_trace(args, args.trace, args.join)
+        what_if = what_if_drop_lock(trace) if args.what_if == "drop-lock" else None
+        if args.predict:
+            report = predict_races(trace)
+        else:
+            report = what_if.with_lock if what_if is not None else find_hazards(trace)
     if not report.accesses:
         raise FdprofError(
             f"{args.trace}: no KV-block accesses (kv.* span attributes) to check; an Nsight "
