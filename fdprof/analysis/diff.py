@@ -181,6 +181,12 @@ def diff_traces(
 ) -> DiffResult:
     """Compare ``new`` against ``base``: ratios are new/base."""
     sb, sn = summarize(base, labels[0], step_name), summarize(new, labels[1], step_name)
+    return diff_summaries(sb, sn, seed=seed)
+
+
+def diff_summaries(sb: RunSummary, sn: RunSummary, *, seed: int = 0) -> DiffResult:
+    """The comparison of two runs' summaries (however they were computed: in process, or
+    reduced from pieces on Dask, :mod:`fdprof.analysis.distributed_diff`)."""
     both_tokens = sb.tokens is not None and sn.tokens is not None
     return DiffResult(
         base=sb,

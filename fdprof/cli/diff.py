@@ -5,9 +5,10 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from fdprof.analysis.diff import diff_traces
-from fdprof.cli import load_trace
+from fdprof.analysis.diff import diff_summaries, diff_traces
+from fdprof.cli import add_dask_argument, load_trace
 from fdprof.cli._report_options import add_report_arguments, emit
+from fdprof.errors import FdprofError
 from fdprof.report.tables import document
 
 
@@ -37,17 +38,40 @@ def register(subparsers) -> None:
         default=None,
         help="run directories to join to BASE and NEW (nsys traces)",
     )
+    add_dask_argument(p)
     add_report_arguments(p)
     p.set_defaults(func=handle)
 
 
 def handle(args: argparse.Namespace) -> int:
-    joins = args.join or (None, None)
-    base = load_trace(args, args.base, joins[0])
-    new = load_trace(args, args.new, joins[1])
-    result = diff_traces(base, new, args.step_name, labels=(_label(args.base), _label(args.new)))
+    labels = (_label(args.base), _label(args.new))
+    if args.dask is not None:
+        if args.join:
+            raise FdprofError("--dask reads the traces as they are: convert an nsys export "
+                              "joined to its run first (fdprof convert --join)")  # fmt: skip
+        result = _on_dask(args, labels)
+    else:
+        joins = args.join or (None, None)
+        base = load_trace(args, args.base, joins[0])
+        new = load_trace(args, args.new, joins[1])
+        result = diff_traces(base, new, args.step_name, labels=labels)
     emit(args, document(result))
     return 0
+
+
+def _on_dask(args: argparse.Namespace, labels: tuple[str, str]):
+    from fdprof.analysis import distributed
+    from fdprof.analysis.distributed_diff import summarize_store
+
+    def read(p):
+        return load_trace(args, p)
+
+    with distributed.client_for(args.dask or None) as client:
+        summaries = []
+        for path, label in zip((args.base, args.new), labels, strict=True):
+            with distributed.as_store(path, read) as store_path:
+                summaries.append(summarize_store(store_path, client, label, args.step_name))
+    return diff_summaries(*summaries)
 
 
 def _label(path: Path) -> str:

@@ -85,14 +85,15 @@ def is_store(path: str | Path) -> bool:
 # -- writing --
 
 
-def write(trace: Trace, path: Path, buckets: int | None = None) -> None:
-    """``trace`` as a new store at ``path`` (a directory that must not hold anything)."""
+def write(trace: Trace, path: Path, buckets: int | None = None, part_rows: int = PART_ROWS) -> None:
+    """``trace`` as a new store at ``path`` (a directory that must not hold anything); spans
+    and syncs in parts of ``part_rows``."""
     path = Path(path)
     if path.exists() and (not path.is_dir() or any(path.iterdir())):
         raise FdprofError(f"{path}: exists and is not an empty directory")
     created = not path.exists()
     try:
-        writer = StoreWriter(path, buckets or buckets_for(len(trace.accesses)))
+        writer = StoreWriter(path, buckets or buckets_for(len(trace.accesses)), part_rows=part_rows)
         writer.add_tables(trace.spans, trace.syncs, trace.accesses, window="0")
         writer.add_attrs(trace.attrs, window="0")
         writer.finish(trace.processes, trace.meta, trace.attrs.too_wide)
@@ -111,8 +112,9 @@ class StoreWriter:
     """Adds parts to a store; :meth:`finish` writes ``processes`` and ``store.json``. Used
     whole by :func:`write` and window by window by the roller (:mod:`fdprof.trace.roll`)."""
 
-    def __init__(self, path: Path, buckets: int, name: str = "") -> None:
+    def __init__(self, path: Path, buckets: int, name: str = "", part_rows: int = PART_ROWS):
         self.path = Path(path)
+        self.part_rows = part_rows
         self.path.mkdir(parents=True, exist_ok=True)
         self.buckets = int(buckets)
         #: told apart from other writers of one store (one per host or process)
@@ -147,9 +149,9 @@ class StoreWriter:
     ) -> None:
         """One window's rows; an access's span is among this window's ``spans``."""
         for name, df in (("spans", spans), ("syncs", syncs)):
-            for i, lo in enumerate(range(0, len(df), PART_ROWS)):
-                part = _to_arrow(name, df.iloc[lo : lo + PART_ROWS])
-                self._put(part, name, f"{window}-{i:04d}" if len(df) > PART_ROWS else window)
+            for i, lo in enumerate(range(0, len(df), self.part_rows)):
+                part = _to_arrow(name, df.iloc[lo : lo + self.part_rows])
+                self._put(part, name, f"{window}-{i:04d}" if len(df) > self.part_rows else window)
         self.add_accesses(accesses, spans, window)
 
     def add_accesses(self, accesses: pd.DataFrame, spans: pd.DataFrame, window: str) -> None:

@@ -7,8 +7,11 @@ import json
 from pathlib import Path
 
 import pytest
+from synthetic import engine_trace
 
 from fdprof.analysis import distributed
+from fdprof.analysis.diff import diff_summaries, diff_traces
+from fdprof.analysis.distributed_diff import summarize_store
 from fdprof.analysis.hazards import find_hazards
 from fdprof.analysis.predict import predict_races
 from fdprof.trace import load, store
@@ -16,6 +19,7 @@ from fdprof.trace import load, store
 from .randomtrace import random_trace, random_wcp_trace
 
 ROOT = Path(__file__).resolve().parents[2]
+DATA = ROOT / ".." / "shared" / "data"  # as tests/trace/shared_data.py finds it
 REFERENCE = sorted(p for p in (ROOT / "traces").iterdir() if p.is_dir())
 RANDOM = [("mixed", s) for s in range(12)] + [("lifetime", s) for s in range(8)] + [
     ("locks", s) for s in range(6)] + [("skewed", s) for s in range(6)] + [
@@ -25,11 +29,20 @@ RANDOM = [("mixed", s) for s in range(12)] + [("lifetime", s) for s in range(8)]
 def canonical(report_json: dict) -> dict:
     """The JSON with every list of findings in a fixed order: pieces come back in bucket order,
     the in-process path in span order; what was found must be the same."""
-    out = json.loads(json.dumps(report_json, default=str))
+    out = _plain(json.loads(json.dumps(report_json, default=str)))
     for key, value in out.items():
         if isinstance(value, list) and value and isinstance(value[0], dict):
             out[key] = sorted(value, key=lambda x: json.dumps(x, sort_keys=True))
     return out
+
+
+def _plain(value):
+    """NaN as text, so that two NaNs compare equal."""
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    return "NaN" if isinstance(value, float) and value != value else value
 
 
 def random(family: str, seed: int):
@@ -43,7 +56,7 @@ def client():
 
 
 def _both(trace, tmp_path, client, predict: bool):
-    store.write(trace, tmp_path / "s", buckets=4)
+    store.write(trace, tmp_path / "s", buckets=4, part_rows=500)
     direct = (predict_races(trace) if predict else find_hazards(trace)).to_json()
     on_dask = distributed.find_hazards(tmp_path / "s", client, predict=predict).to_json()
     return canonical(direct), canonical(on_dask)
@@ -101,3 +114,30 @@ def test_cli_dask_bad_input():
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1
     r = _cli("hazards", str(REFERENCE[0]), "--dask", env={"DASK_SCHEDULER_ADDRESS": ""})
     assert r.returncode == 2 and "DASK_SCHEDULER_ADDRESS" in r.stderr
+
+
+DIFFS = {
+    "reference": (REFERENCE[0], ROOT / "traces" / "fault-no-wait-swap-in"),
+    "synthetic": ("baseline", "lockless"),
+    "hta": (DATA / "hta" / "control.json.gz", DATA / "hta" / "test.json.gz"),
+}
+
+
+def _trace(x):
+    return engine_trace(300, mode=x, fault_every=7) if isinstance(x, str) else load(x)
+
+
+@pytest.mark.parametrize("pair", list(DIFFS))
+def test_diff(pair, tmp_path, client):
+    """diff's per-step breakdown, ratios and CIs, and the per-name/role statistics (count,
+    total, exact percentiles reduced from every part's histograms), on stores cut into many
+    span parts: engine runs, engine-shaped synthetic runs (fd.step extents over parts), and
+    PyTorch traces (ProfilerStep, no compute spans: the busy fallback)."""
+    base, new = (_trace(x) for x in DIFFS[pair])
+    want = diff_traces(base, new).to_json()
+    summaries = []
+    for trace, name, label in ((base, "b", "base"), (new, "n", "new")):
+        store.write(trace, tmp_path / name, part_rows=max(len(trace.spans) // 7, 50))
+        assert len(store.part_files(tmp_path / name, "spans")) >= 7
+        summaries.append(summarize_store(tmp_path / name, client, label, None))
+    assert canonical(diff_summaries(*summaries).to_json()) == canonical(want)
