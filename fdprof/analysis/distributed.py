@@ -164,7 +164,7 @@ def find_hazards(
     )
     clocks = seam.clocks(syncs, processes, lanes, drop_objects)
     del syncs
-    shared = client.scatter(clocks, broadcast=True)
+    shared = client.scatter(replace(clocks, syncs=None), broadcast=True)  # the workers' part
     results = client.gather(client.map(_search, buckets, clocks=shared, pure=False))
     races = _cat([r["races"] for r in results], seam.PAIR_RAW)
     alarms = _cat([r["alarms"] for r in results], seam.PAIR_RAW)
