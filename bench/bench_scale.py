@@ -33,8 +33,6 @@ import time
 from pathlib import Path
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.parquet as pq
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -174,9 +172,12 @@ def main() -> None:
                 continue
             r = measure([*fdprof, str(path), "--json", *extra])
             rows.append({"n": n, "how": how, **r})
-            print(f"{how:>14} {n:>11,} accesses: wall {r['wall_s']:7.1f} s  cpu "
-                  f"{r['cpu_s']:7.1f} s  {1e6 * r['cpu_s'] / n:6.2f} µs/access  peak "
-                  f"{r['peak_gib']:5.2f} GiB  races {r['counts']['races']}", flush=True)
+            print(
+                f"{how:>14} {n:>11,} accesses: wall {r['wall_s']:7.1f} s  cpu "
+                f"{r['cpu_s']:7.1f} s  {1e6 * r['cpu_s'] / n:6.2f} µs/access  peak "
+                f"{r['peak_gib']:5.2f} GiB  races {r['counts']['races']}",
+                flush=True,
+            )
         if not args.keep and n >= 10**8:
             shutil.rmtree(path, ignore_errors=True)
     _report(rows)
@@ -190,7 +191,8 @@ def _report(rows: list[dict]) -> None:
     print("\ngrowth of CPU per 10x:")
     for how in sorted({r["how"] for r in rows}):
         mine = sorted((r for r in rows if r["how"] == how), key=lambda r: r["n"])
-        steps = [f"{b['n']:.0e}: {b['cpu_s'] / a['cpu_s']:.1f}x" for a, b in zip(mine, mine[1:])
+        pairs = zip(mine, mine[1:], strict=False)
+        steps = [f"{b['n']:.0e}: {b['cpu_s'] / a['cpu_s']:.1f}x" for a, b in pairs
                  if b["n"] == 10 * a["n"]]  # fmt: skip
         print(f"  {how}: {', '.join(steps) or '-'}")
     local = [r for r in rows if r["how"] == "in-process"]

@@ -85,7 +85,7 @@ def add_dask_argument(p: argparse.ArgumentParser) -> None:
 EXIT_CODES = """exit status (every command):
   0    ok / clean
   1    races, a block used after its free or a broken lock (hazards), or corrupted KV
-       blocks (hazards, ab, run integrity)
+       blocks (hazards, ab, run integrity), or a clock alarm (merge)
   2    bad input (one line on stderr saying why), or a crashed run
   3    --require-gain not met
   70   internal error ("internal error, please report"; --debug prints the traceback)

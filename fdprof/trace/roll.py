@@ -45,6 +45,10 @@ from fdprof.trace.store import StoreWriter
 ROLL_S = 10.0
 #: access buckets of a rolled store (fixed when it starts: a run's size is not known then)
 BUCKETS = 16
+#: ``epoch``: times on the epoch by the processes' anchors (the reader's rule); ``host``: the
+#: host's own monotonic clock, the anchors kept beside (``meta["clock_anchors"]``) for a merge
+#: of several hosts to weigh against the sync edges (:mod:`fdprof.trace.hosts`)
+CLOCKS = ("epoch", "host")
 #: windows for which an ended span's lane override and trace id stay known to late events
 KEEP_WINDOWS = 2
 
@@ -103,8 +107,12 @@ class Roller:
         buckets: int = BUCKETS,
         name: str = "",
         select=None,
+        clock: str = "epoch",
     ) -> None:
+        if clock not in CLOCKS:
+            raise FdprofError(f"clock {clock!r}: one of {', '.join(CLOCKS)}")
         self.run_dir = Path(run_dir)
+        self.clock = clock
         self.writer = StoreWriter(Path(out), buckets, name)
         self.select = select
         self._procs: dict[Path, _Process] = {}
@@ -214,6 +222,10 @@ class Roller:
         (:func:`fdprof.probe.records.epoch_offsets`: one host's processes share one offset)
         over those there at the first roll; a later one takes theirs if its anchor agrees."""
         procs = [p for p in self._procs.values() if p.header is not None]
+        if self.clock == "host":
+            for p in procs:
+                p.offset = 0
+            return procs
         if not self._clocked and procs:
             self._clocked = True
             offsets = R.epoch_offsets([p.header for p in procs])
@@ -365,13 +377,12 @@ class Roller:
             on_epoch(t[off == value], value, "record times")
         return t + off
 
-    @staticmethod
-    def _processes(procs: list[_Process]) -> dict[str, Any]:
+    def _processes(self, procs: list[_Process]) -> dict[str, Any]:
         return {
             "pid": [p.pid for p in procs],
             "role": [p.role for p in procs],
             "name": [p.role for p in procs],
-            "anchored": [True] * len(procs),
+            "anchored": [self.clock == "epoch"] * len(procs),
             "dp_rank": [p.dp_rank for p in procs],
             "tp_rank": [p.tp_rank for p in procs],
         }
@@ -394,6 +405,10 @@ class Roller:
         meta |= {k: manifest[k] for k in ("config", "results", "status", "error") if k in manifest}
         meta["thread_names"] = {f"{p.pid}/{t}": n for p in procs for t, n in p.threads.items()}
         meta["epoch_anchors"] = {p.pid: p.header.epoch_anchor_ns for p in procs}
+        if self.clock == "host":  # epoch - monotonic of each process: its anchor
+            meta["clock_anchors"] = {
+                p.pid: p.header.epoch_anchor_ns - p.header.mono_anchor_ns for p in procs
+            }
         if self._warnings:
             meta["warnings"] = list(self._warnings)
         self.writer.finish(frame("processes", processes), meta)
@@ -416,8 +431,12 @@ class RollObserver:
     """``fdprof run --parquet DIR``: a roller in the supervisor, beside the engine (a thread:
     the engine's processes are not touched)."""
 
-    def __init__(self, out: str | Path, roll_s: float = ROLL_S, poll_s: float = 0.2) -> None:
+    def __init__(
+        self, out: str | Path, roll_s: float = ROLL_S, poll_s: float = 0.2, **roller: Any
+    ) -> None:
         self.out = Path(out)
+        #: the :class:`Roller`'s options (a host's: ``select``, ``name``, ``clock``)
+        self.options = roller
         self.roll_s = roll_s
         self.poll_s = poll_s
         self.roller: Roller | None = None
@@ -426,7 +445,7 @@ class RollObserver:
         self.error: BaseException | None = None
 
     def start(self, run_dir: Path, processes: list[dict]) -> None:
-        self.roller = Roller(run_dir, self.out)
+        self.roller = Roller(run_dir, self.out, **self.options)
         self._thread = threading.Thread(target=self._run, name="fdprof-roll", daemon=True)
         self._thread.start()
 
