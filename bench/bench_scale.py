@@ -22,6 +22,7 @@ largest. Usage: ``python bench/bench_scale.py [--sizes 1e5,1e6,1e7] [--dask-size
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import resource
@@ -109,10 +110,8 @@ def _tree_rss(pid: int) -> int:
         return 0
     total = 0
     for p in procs:
-        try:
+        with contextlib.suppress(psutil.NoSuchProcess):
             total += p.memory_info().rss
-        except psutil.NoSuchProcess:
-            pass
     return total
 
 
