@@ -34,6 +34,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -51,47 +52,69 @@ def _lane_of(slot: np.ndarray, lock: np.ndarray) -> np.ndarray:
     return 2 * ((lock - slot) % LOCKS) + slot % 2
 
 
+def _text(values: list[str], codes: np.ndarray) -> pa.Array:
+    """Strings by code, as the store's large strings (one take from the distinct ones)."""
+    return pa.array(values, store.TEXT).take(pa.array(codes))
+
+
+def _table(name: str, columns: dict) -> pa.Table:
+    schema = store.table_schema(name)
+    arrays = [c if isinstance(c := columns[f.name], pa.Array) else pa.array(c, f.type)
+              for f in schema]  # fmt: skip
+    return pa.Table.from_arrays(arrays, schema=schema)
+
+
 def write_store(path: Path, accesses: int, seed: int = 0) -> None:
-    """The synthetic trace of ``accesses`` accesses as a store at ``path``, chunk by chunk."""
+    """The synthetic trace of ``accesses`` accesses as a store at ``path``, chunk by chunk,
+    straight from numpy into Arrow (the trace is never whole in memory)."""
     rng = np.random.default_rng(seed)
     holds = accesses // HOLD
     buckets = store.buckets_for(accesses)
     writer = store.StoreWriter(path, buckets)
-    lanes = np.array([f"{1 + lane // 4}/{lane}" for lane in range(LANES)], dtype=object)
+    lanes = [f"{1 + lane // 4}/{lane}" for lane in range(LANES)]
+    locks = [f"lock:{k}" for k in range(LOCKS)]
     for c, first in enumerate(range(0, holds, HOLDS_PER_CHUNK)):
+        window = f"{c:06d}"
         h = np.arange(first, min(holds, first + HOLDS_PER_CHUNK), dtype=np.int64)
         slot, lock = h // LOCKS, h % LOCKS
         lane = _lane_of(slot, lock)
         t0 = 1_700_000_000_000_000_000 + slot * SLOT_NS
         n = len(h) * HOLD
         hold_of = np.repeat(np.arange(len(h)), HOLD)
-        j = np.tile(np.arange(HOLD), len(h))
         span_id = first * HOLD + np.arange(n, dtype=np.int64) + 1
-        start = t0[hold_of] + 1 + 10 * j
+        start = t0[hold_of] + 1 + 10 * np.tile(np.arange(HOLD), len(h))
         a_lane = lane[hold_of]
         pid = 1 + a_lane // 4
-        spans = frame("spans", {
-            "span_id": span_id, "parent_id": np.zeros(n, np.int64),
-            "name": np.full(n, "access", dtype=object), "start": start, "end": start + 8,
-            "pid": pid, "tid": a_lane, "lane": lanes[a_lane], "role": np.full(n, "worker", object),
-            "step": np.full(n, -1, np.int64), "trace_id": np.full(n, None, object),
-        })  # fmt: skip
+        lane_text = _text(lanes, a_lane)
+        zeros, minus = np.zeros(n, np.int64), np.full(n, -1, np.int64)
+        writer.put(_table("spans", {
+            "span_id": span_id, "parent_id": zeros, "name": _text(["access"], zeros),
+            "start": start, "end": start + 8, "pid": pid, "tid": a_lane, "lane": lane_text,
+            "role": _text(["worker"], zeros), "step": minus,
+            "trace_id": pa.nulls(n, store.TEXT),
+        }), "spans", window)  # fmt: skip
         block = rng.integers(0, BLOCKS // LOCKS, n) * LOCKS + lock[hold_of]
-        acc = frame("accesses", {
-            "span_id": span_id, "pool": np.full(n, "gpu", object), "block": block,
-            "mode": np.where(rng.random(n) < 0.25, "write", "read").astype(object),
-            "layer_lo": np.full(n, -1, np.int64), "layer_hi": np.full(n, -1, np.int64),
+        write = (rng.random(n) < 0.25).astype(np.int64)
+        acc = _table("accesses", {
+            "span_id": span_id, "pool": _text(["gpu"], zeros), "block": block,
+            "mode": _text(["read", "write"], write), "layer_lo": minus, "layer_hi": minus,
+            "span_start": start, "span_end": start + 8, "span_lane": lane_text, "span_pid": pid,
         })  # fmt: skip
+        bucket = block % buckets
+        order = np.argsort(bucket, kind="stable")
+        bounds = np.searchsorted(bucket[order], np.arange(buckets + 1))
+        for b in range(buckets):
+            writer.put(acc.take(pa.array(order[bounds[b] : bounds[b + 1]])),
+                       f"accesses/bucket={b}", window)  # fmt: skip
         m = len(h)
-        syncs = frame("syncs", {
-            "op": np.repeat(np.array([["acquire", "release"]], object), m, 0).ravel(),
-            "obj": np.repeat(np.array([f"lock:{k}" for k in range(LOCKS)], object)[lock], 2),
-            "seq": np.full(2 * m, -1, np.int64), "keyed": np.zeros(2 * m, bool),
-            "time": np.stack([t0, t0 + SLOT_NS - 40], 1).ravel(),
-            "pid": np.repeat(1 + lane // 4, 2), "tid": np.repeat(lane, 2),
-            "lane": np.repeat(lanes[lane], 2), "span_id": np.zeros(2 * m, np.int64),
-        })  # fmt: skip
-        writer.add_tables(spans, syncs, acc, f"{c:06d}")
+        s_lane = np.repeat(lane, 2)
+        writer.put(_table("syncs", {
+            "op": _text(["acquire", "release"], np.tile([0, 1], m)),
+            "obj": _text(locks, np.repeat(lock, 2)), "seq": np.full(2 * m, -1, np.int64),
+            "keyed": np.zeros(2 * m, bool), "time": np.stack([t0, t0 + SLOT_NS - 40], 1).ravel(),
+            "pid": 1 + s_lane // 4, "tid": s_lane, "lane": _text(lanes, s_lane),
+            "span_id": np.zeros(2 * m, np.int64),
+        }), "syncs", window)  # fmt: skip
     processes = frame("processes", {
         "pid": np.array([1, 2]), "role": np.array(["worker"] * 2, object),
         "name": np.array(["worker"] * 2, object), "anchored": np.ones(2, bool),

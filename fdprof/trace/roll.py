@@ -325,9 +325,11 @@ class Roller:
         }
         attrs = builder.build()
         assemble(trace, columns, attrs, sync_cols, self._processes(procs))
-        own = trace.attr(S.LANE)
-        self._recent.append({
+        lane = trace.attr(S.LANE)
+        own = dict(zip(lane.index.tolist(), lane.astype(object).tolist(), strict=True))
+        self._recent.append({  # only what a late event could need: a lane or a trace id
             sid: (own.get(sid), tid) for sid, tid in zip(ids.tolist(), trace_ids, strict=True)
+            if tid is not None or sid in own
         })  # fmt: skip
         self._recent = self._recent[-KEEP_WINDOWS:]
         return trace

@@ -136,7 +136,8 @@ class StoreWriter:
         suffix = f"-{self.name}" if self.name else ""
         return directory / f"part-{window}{suffix}.parquet"
 
-    def _put(self, table: pa.Table, folder: str, window: str) -> None:
+    def put(self, table: pa.Table, folder: str, window: str) -> None:
+        """One part file of ``folder`` (a table's, or ``accesses/bucket=<b>``) for ``window``."""
         if not table.num_rows:
             return
         target = self._part(folder, window)
@@ -151,7 +152,7 @@ class StoreWriter:
         for name, df in (("spans", spans), ("syncs", syncs)):
             for i, lo in enumerate(range(0, len(df), self.part_rows)):
                 part = _to_arrow(name, df.iloc[lo : lo + self.part_rows])
-                self._put(part, name, f"{window}-{i:04d}" if len(df) > self.part_rows else window)
+                self.put(part, name, f"{window}-{i:04d}" if len(df) > self.part_rows else window)
         self.add_accesses(accesses, spans, window)
 
     def add_accesses(self, accesses: pd.DataFrame, spans: pd.DataFrame, window: str) -> None:
@@ -179,7 +180,7 @@ class StoreWriter:
         for b in range(self.buckets):
             rows = order[bounds[b] : bounds[b + 1]]
             if len(rows):
-                self._put(table.take(pa.array(rows)), f"accesses/bucket={b}", window)
+                self.put(table.take(pa.array(rows)), f"accesses/bucket={b}", window)
 
     def add_attrs(self, attrs: Attrs, window: str) -> None:
         for key, column in attrs.items():
@@ -195,7 +196,7 @@ class StoreWriter:
                 "value": column.values.combine_chunks() if len(column) else
                 pa.array([], A.ARROW_TYPES[column.kind]),
             })  # fmt: skip
-            self._put(table, f"attrs/k{index}", window)
+            self.put(table, f"attrs/k{index}", window)
 
     def _to_json(self, key: str) -> None:
         """Rewrite the parts of ``key`` written so far as JSON text (a later window gave it
