@@ -258,6 +258,8 @@ def _shifted(trace: Trace, by: int, anchored: bool) -> Trace:
                                         else np.ones(len(processes), bool)
                                         for c in processes.columns})  # fmt: skip
     meta = {k: v for k, v in trace.meta.items() if k != "clock_anchors"}
+    if anchored:  # on the epoch now: a host clock's "no anchor" warning no longer holds
+        meta["warnings"] = [w for w in meta.get("warnings", []) if "no clock anchor" not in w]
     return Trace(spans=spans, accesses=trace.accesses, syncs=syncs, attrs=trace.attrs,
                  processes=processes, meta=meta)  # fmt: skip
 
