@@ -120,10 +120,12 @@ def search_bucket(part: pd.DataFrame, c: Clocks, wcp: Any = None) -> dict[str, A
     accesses, spans = bucket_spans(part)
     is_event = accesses["mode"].isin(S.LIFETIME_MODES).to_numpy(bool)
     events_in, accesses = accesses[is_event], accesses[~is_event]
-    acc, orphan_gaps = H._access_table(spans, accesses, c.lanes, c.ranks)
+    acc, _ = H._access_table(spans, accesses, c.lanes, c.ranks)
+    orphan = np.flatnonzero(accesses["span_lane"].isna().to_numpy())
     out: dict[str, Any] = {
         "checked": acc["checked"],
-        "orphans": _orphans(orphan_gaps),
+        # (how many accesses name no span, the first one's span id): one gap, reduced
+        "orphans": (len(orphan), int(accesses["span_id"].iat[orphan[0]]) if len(orphan) else 0),
         "races": _empty_raw(PAIR_RAW),
         "alarms": _empty_raw(PAIR_RAW),
         "lifetime": _empty_raw(LIFETIME_RAW),
@@ -144,13 +146,6 @@ def search_bucket(part: pd.DataFrame, c: Clocks, wcp: Any = None) -> dict[str, A
     if events["n"]:
         out["lifetime"] = _raw_lifetime(spans, acc, events, c, span_ids)
     return out
-
-
-def _orphans(gaps: list[dict[str, Any]]) -> tuple[int, int]:
-    """(how many accesses named no span, the first one's span id)."""
-    if not gaps:
-        return 0, 0
-    return int(gaps[0]["detail"].split()[0]), int(gaps[0]["span_id"])
 
 
 def _empty_raw(columns: list[str]) -> pd.DataFrame:

@@ -166,11 +166,9 @@ class StoreWriter:
         extra = {
             "span_start": np.where(found, spans["start"].to_numpy(np.int64)[take], -1),
             "span_end": np.where(found, spans["end"].to_numpy(np.int64)[take], -1),
-            "span_lane": pa.array(spans["lane"].array)
-            .take(pa.array(take))
-            .to_pandas()
-            .where(found, None)
-            .to_numpy(object),
+            "span_lane": pa.array(spans["lane"].array, TEXT).take(
+                pa.array(take, mask=~found) if len(take) else pa.array([], pa.int64())
+            ),
             "span_pid": np.where(found, spans["pid"].to_numpy(np.int64)[take], -1),
         }
         bucket = accesses["block"].to_numpy(np.int64) % self.buckets
@@ -232,20 +230,13 @@ def write_manifest(path: Path, doc: dict[str, Any]) -> None:
 
 
 def _to_arrow(table: str, df: pd.DataFrame, extra: dict[str, Any] | None = None) -> pa.Table:
+    """``df``'s columns of ``table`` (and the ``extra`` ones) as Arrow, in the store's types."""
     schema = arrow_schema(table, ACCESS_EXTRA if extra else None)
     columns = []
     for f in schema:
         values = extra[f.name] if extra and f.name in extra else df[f.name]
         if isinstance(values, pd.Series):
-            values = values.array
-            if f.type == TEXT:
-                values = pa.array(values, TEXT) if not isinstance(
-                    values, pd.arrays.ArrowStringArray) else pa.array(values)  # fmt: skip
-                if values.type != TEXT:
-                    values = values.cast(TEXT)
-                columns.append(values)
-                continue
-            values = np.asarray(values)
+            values = values.array if f.type == TEXT else values.to_numpy()
         columns.append(pa.array(values, f.type))
     return pa.Table.from_arrays(columns, schema=schema)
 
