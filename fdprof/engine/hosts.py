@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import functools
 import shlex
 import shutil
 import subprocess
@@ -50,6 +51,7 @@ class Hosts:
         if rank >= len(self.monotonic_s) or self.monotonic_s[rank] == 0:
             yield
             return
+        check()  # one line now, rather than children that die at start
         # the wrapper outlives the block: a child's shell may read it after start() returned
         tmp = tempfile.mkdtemp(prefix="fdprof-host-")
         atexit.register(shutil.rmtree, tmp, True)
@@ -65,6 +67,7 @@ class Hosts:
             mp.set_executable(sys.executable)
 
 
+@functools.cache
 def check() -> None:
     """One line, as bad input, where this machine cannot give a process its own clock."""
     probe = subprocess.run(["unshare", "--time", "--monotonic", "1", "--", "true"],

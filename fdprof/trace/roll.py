@@ -19,6 +19,7 @@ are not derived (the probe never does that).
 from __future__ import annotations
 
 import json
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -465,7 +466,13 @@ class RollObserver:
         if self._thread is not None:
             self._thread.join()
         if self.roller is not None and self.error is None:
-            self.roller.close()
+            try:
+                self.roller.close()
+            except (FdprofError, OSError) as exc:
+                self.error = exc
+        if self.error is not None:  # the run itself stands; its store does not
+            print(f"fdprof: warning: rolling into {self.out} failed: {self.error}",
+                  file=sys.stderr)  # fmt: skip
 
 
 def run_finished(run_dir: Path) -> bool:
