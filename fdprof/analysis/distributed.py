@@ -47,8 +47,9 @@ SPAN_DETAIL = ["span_id", "name", "lane", "role", "step", "start", "end"]
 @contextlib.contextmanager
 def client_for(spec: str | None) -> Iterator[Any]:
     """A Dask client: ``local:N`` starts a LocalCluster (N workers, one thread each, memory
-    limit the machine's memory shared among them, spilling to a temporary directory), an
-    address connects to that scheduler, ``None`` to ``DASK_SCHEDULER_ADDRESS``."""
+    limit the machine's memory shared among them, spilling to a temporary directory; its
+    scheduler's HTTP endpoint on a free port, never one a running cluster holds), an address
+    connects to that scheduler, ``None`` to ``DASK_SCHEDULER_ADDRESS``."""
     try:
         from distributed import Client, LocalCluster
     except ModuleNotFoundError as exc:
@@ -60,7 +61,7 @@ def client_for(spec: str | None) -> Iterator[Any]:
     if spec.startswith(LOCAL):
         workers = _workers(spec)
         with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
-                          dashboard_address=None, memory_limit=_memory_per_worker(workers),
+                          dashboard_address=":0", memory_limit=_memory_per_worker(workers),
                           silence_logs=50) as cluster, Client(cluster) as client:  # fmt: skip
             yield client
         return

@@ -11,7 +11,6 @@ one block bucket's accesses, the report tables from the pieces' raw results.
 
 from __future__ import annotations
 
-import fnmatch
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -22,9 +21,7 @@ import pandas as pd
 from fdprof.analysis import hazards as H
 from fdprof.analysis import predict as P
 from fdprof.analysis.lifetime import empty_violations, lifetime_violations, violations_frame
-from fdprof.analysis.locks import broken_locks, lock_holds
-from fdprof.errors import FdprofError
-from fdprof.trace.model import Trace
+from fdprof.trace.model import Trace, frame
 
 #: what a bucket's search returns per access pair: the two spans and the access of each
 PAIR_RAW = ["span_x", "span_y", "pool", "block", "write_x", "write_y", "lo_x", "hi_x",
@@ -55,34 +52,23 @@ def clocks(
     span_lanes: Iterable[str],
     drop_objects: Iterable[str] = (),
 ) -> Clocks:
-    """:func:`hazards.prepare`'s sync half: dropped objects and broken locks out, objects
-    scoped, syncs paired, lanes (the spans' in order of appearance, then the syncs'), clocks."""
-    ranks = H.process_ranks(Trace(processes=processes))
-    dropped = tuple(drop_objects)
-    syncs = H.require(syncs, "syncs", H.SYNC_NEEDS)
-    if dropped and not syncs.empty:
-        objs = syncs["obj"].astype(str)
-        keep = ~objs.map(lambda o: any(fnmatch.fnmatchcase(o, p) for p in dropped)).astype(bool)
-        syncs = syncs[keep.to_numpy()]
-    syncs = syncs.reset_index(drop=True)
-    bad = ~syncs["op"].isin(["release", "acquire"])
-    if bad.any():
-        raise FdprofError(f"sync op {syncs['op'][bad].iloc[0]!r} is neither release nor acquire")
-    syncs = H._scoped_objects(syncs, {pid: dp for pid, (dp, _) in ranks.items()})
-    broken = broken_locks(lock_holds(syncs))
-    if not broken.empty:
-        syncs = syncs[~syncs["obj"].isin(set(broken["obj"].tolist())).to_numpy(bool)]
-        syncs = syncs.reset_index(drop=True)
-    lanes = pd.Index(
-        pd.unique(pd.concat([pd.Series(list(span_lanes), dtype=object),
-                             syncs["lane"].astype(str)], ignore_index=True).astype(str))
-    )  # fmt: skip
-    gaps: list[dict[str, Any]] = []
-    src, pair_gaps = H.pair_syncs(syncs)
-    gaps += pair_gaps
-    lane_clocks = H._LaneClocks(syncs, src, lanes, gaps)
-    return Clocks(lanes, lane_clocks, ranks, np.unique(lane_clocks.all_times()), gaps, dropped,
-                  broken, syncs, lane_clocks.src)  # fmt: skip
+    """:func:`hazards.prepare`'s sync half (dropped objects and broken locks out, objects
+    scoped, syncs paired, clocks), run by ``prepare`` itself on the syncs beside one empty span
+    per lane (the spans' lanes, in order of appearance): no access, so nothing else is done."""
+    lanes = [str(x) for x in span_lanes]
+    k = len(lanes)
+    spans = frame("spans", {
+        "span_id": np.arange(1, k + 1, dtype=np.int64), "parent_id": np.zeros(k, np.int64),
+        "name": np.full(k, "", object), "start": np.zeros(k, np.int64),
+        "end": np.zeros(k, np.int64), "pid": np.zeros(k, np.int64),
+        "tid": np.zeros(k, np.int64), "lane": np.array(lanes, dtype=object),
+        "role": np.full(k, "", object), "step": np.full(k, -1, np.int64),
+        "trace_id": np.full(k, None, object),
+    })  # fmt: skip
+    p = H.prepare(Trace(spans=spans, syncs=syncs, processes=processes), drop_objects)
+    return Clocks(p.lanes, p.clocks, H.process_ranks(Trace(processes=processes)),
+                  np.unique(p.clocks.all_times()), p.gaps, p.dropped, p.broken, p.syncs,
+                  p.src)  # fmt: skip
 
 
 def bucket_spans(part: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
