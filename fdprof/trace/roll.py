@@ -38,7 +38,7 @@ from fdprof.trace import attrs as A
 from fdprof.trace import conventions as C
 from fdprof.trace.assemble import assemble, on_epoch
 from fdprof.trace.attrs import AttrsBuilder
-from fdprof.trace.model import TEXT, Trace
+from fdprof.trace.model import TEXT, Trace, frame
 from fdprof.trace.native import signed32
 from fdprof.trace.store import StoreWriter
 
@@ -265,6 +265,8 @@ class Roller:
         self.last_roll = time.monotonic()
         trace = self._window_trace(procs, final)
         if trace is None:
+            if final or not self._window:
+                self._manifest()
             return
         window = f"{self._window:08d}"
         self._window += 1
@@ -273,6 +275,7 @@ class Roller:
         for table in self.rows:
             self.rows[table] += len(getattr(trace, table))
         self._warnings += [w for w in trace.meta.get("warnings", []) if w not in self._warnings]
+        self._manifest()
 
     def _window_trace(self, procs: list[_Process], final: bool) -> Trace | None:
         spans: list[tuple] = []  # (pid, role, offset, sid, span)
@@ -394,16 +397,19 @@ class Roller:
         """Read what is left, write it and the manifest: the store is complete."""
         self.poll()
         self.roll(final=True)
-        procs = self._clocks()
         for p in self._procs.values():
             p.tail.close()
+        return self.writer.path
+
+    def _manifest(self) -> None:
+        """``store.json`` for what is written so far: a store rolled from a live run reads
+        (up to its last window) while the run goes on."""
+        procs = self._clocks()
         manifest = _run_manifest(self.run_dir)
         names = {int(x["pid"]): x.get("name") for x in manifest.get("processes") or []
                  if isinstance(x, dict) and isinstance(x.get("pid"), int)}  # fmt: skip
         processes = self._processes(procs)
         processes["name"] = [names.get(p.pid) or p.role for p in procs]
-        from fdprof.trace.model import frame
-
         meta: dict[str, Any] = {"format": "native", "path": str(self.run_dir)}
         meta |= {k: manifest[k] for k in ("config", "results", "status", "error") if k in manifest}
         meta["thread_names"] = {f"{p.pid}/{t}": n for p in procs for t, n in p.threads.items()}
@@ -415,7 +421,6 @@ class Roller:
         if self._warnings:
             meta["warnings"] = list(self._warnings)
         self.writer.finish(frame("processes", processes), meta)
-        return self.writer.path
 
 
 def _signed(value: int) -> int:

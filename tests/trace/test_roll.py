@@ -12,7 +12,6 @@ from roundtrip import assert_same
 
 from fdprof.trace import load, store
 
-pytestmark = pytest.mark.slow
 EVERY_TABLE = ("spans", "accesses", "syncs", "attrs", "processes")
 
 
@@ -32,6 +31,7 @@ def canonical_hazards(path) -> dict:
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fault", [None, "no-wait-swap-in"])
 def test_run_rolls_into_a_store(fault, tmp_path):
     run, out = tmp_path / "run", tmp_path / "run.parquet"
@@ -49,6 +49,7 @@ def test_run_rolls_into_a_store(fault, tmp_path):
     assert (a["counts"]["races"] > 0) == (fault is not None)
 
 
+@pytest.mark.slow
 def test_roll_follows_a_live_run(tmp_path):
     run, out = tmp_path / "run", tmp_path / "rolled"
     engine = subprocess.Popen([sys.executable, "-m", "fdprof", "run", "--out", str(run),
@@ -65,3 +66,21 @@ def test_roll_follows_a_live_run(tmp_path):
     assert summary["windows"] >= 2
     assert_same(load(run), load(out), EVERY_TABLE)
     assert canonical_hazards(run) == canonical_hazards(out)
+
+
+@pytest.mark.parametrize("run", ["baseline", "fault-no-wait-swap-in"])
+def test_a_rolled_store_reads_before_the_roll_ends(run, tmp_path):
+    """Every window rewrites store.json: what is rolled so far is a store every command reads
+    (here after one window, before close), and the closed store equals the run directory."""
+    from pathlib import Path
+
+    from fdprof.trace.roll import Roller
+
+    source = Path(__file__).resolve().parents[2] / "traces" / run
+    roller = Roller(source, tmp_path / "s", buckets=4)
+    roller.poll()
+    roller.roll()
+    so_far = load(tmp_path / "s")
+    assert len(so_far.spans) > 0 and len(so_far.spans) <= len(load(source).spans)
+    roller.close()
+    assert_same(load(source), load(tmp_path / "s"), EVERY_TABLE)
