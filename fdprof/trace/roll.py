@@ -329,6 +329,8 @@ class Roller:
         }
         attrs = builder.build()
         assemble(trace, columns, attrs, sync_cols, self._processes(procs))
+        # a late attribute's kv.* lists name a span written before: no accesses (module doc)
+        trace.accesses = trace.accesses[trace.accesses["span_id"].isin(ids).to_numpy()]
         lane = trace.attr(S.LANE)
         own = dict(zip(lane.index.tolist(), lane.astype(object).tolist(), strict=True))
         self._recent.append({  # only what a late event could need: a lane or a trace id
