@@ -30,6 +30,7 @@ import numpy as np
 import pandas as pd
 
 from fdprof import semconv as S
+from fdprof.analysis import verdicts
 from fdprof.analysis.clocks import LaneClocks, SyncClocks, pair_syncs, sync_clocks
 from fdprof.analysis.columns import json_records, require
 from fdprof.analysis.lifetime import empty_violations, lifetime_violations, violations_frame
@@ -113,8 +114,9 @@ class HazardReport:
 
     @property
     def clean(self) -> bool:
-        """No race, no lock that failed to exclude, no access outside its block's lifetime."""
-        return self.races.empty and self.broken_locks.empty and self.lifetime.empty
+        """No race and no access outside its block's lifetime (:func:`verdicts.safe`); a lock
+        that failed to exclude is named beside, its edges already left out of the order."""
+        return verdicts.safe(self.counts)
 
     @property
     def kinds(self) -> pd.DataFrame:
@@ -177,11 +179,11 @@ class Prepared:
         return unordered_pairs(self.acc, clocks, alarms=alarms)
 
     def pairs(self, x: np.ndarray, y: np.ndarray) -> pd.DataFrame:
-        """Access pairs as span pairs (:data:`PAIR_COLUMNS`)."""
-        return _pairs_frame(self.spans, x, y, self.acc)
+        """Access pairs (rows of ``acc``) as span pairs (:data:`PAIR_COLUMNS`)."""
+        return race_table(self.spans, AccessPairs.of(self.acc, x), AccessPairs.of(self.acc, y))
 
     def report(self) -> HazardReport:
-        gaps, lanes = _gap_frame(self.gaps), tuple(self.lanes)
+        gaps, lanes = gap_frame(self.gaps), tuple(self.lanes)
         lifetime = _lifetime(self.spans, self.acc, self.events, self.clocks.lanes)
         found = self.unordered(self.clocks.lanes)
         races = self.pairs(found.racy_x, found.racy_y)
@@ -218,7 +220,7 @@ def prepare(trace: Trace, drop_objects: Iterable[str] = ()) -> Prepared:
     clocks = sync_clocks(table, src, names, gaps)
     every, orphan_gaps = access_table(spans, accesses, span_lane, ranks)
     gaps += orphan_gaps
-    gaps += _truncation_gaps(spans)
+    gaps += truncation_gaps(spans)
     is_event = every.mode > WRITE
     acc, events = every.take(~is_event), every.take(is_event)
     return Prepared(spans, syncs, table, lanes, clocks, acc, events, gaps, dropped, broken)
@@ -291,7 +293,7 @@ def race_kinds(races: pd.DataFrame) -> pd.DataFrame:
     return out.sort_values(["pairs", "first_ns"], ascending=[False, True]).reset_index(drop=True)
 
 
-def _truncation_gaps(spans: pd.DataFrame) -> list[dict[str, Any]]:
+def truncation_gaps(spans: pd.DataFrame) -> list[dict[str, Any]]:
     """One gap per lane whose spans never ended (the process died or the trace was cut)."""
     cut = np.flatnonzero(spans["end"].to_numpy(np.int64) == -1)
     if len(cut) == 0:
@@ -323,30 +325,30 @@ PAIR_COLUMNS = [
 ]  # fmt: skip
 
 
-def _pairs_frame(
-    spans: pd.DataFrame, x: np.ndarray, y: np.ndarray, acc: AccessTable
-) -> pd.DataFrame:
-    """Access pairs aggregated per pair of spans, ``a`` the one that started first."""
-    if len(x) == 0:
+def race_table(spans: pd.DataFrame, x: AccessPairs, y: AccessPairs) -> pd.DataFrame:
+    """Access pairs aggregated per pair of spans (:data:`PAIR_COLUMNS`), ``a`` the one that
+    started first: the race and alarm tables. ``x`` and ``y`` are the pairs' two sides, each
+    access as its span's row in ``spans``, scoped pool name, block, mode and layer range; the
+    pairs may come from any partition of the accesses (pairs of one span pair from several
+    partitions are aggregated here)."""
+    if len(x.span) == 0:
         return _empty_pairs().copy()
     start = spans["start"].to_numpy(np.int64)
-    s1, s2 = acc.span[x], acc.span[y]
-    swap = (start[s2] < start[s1]) | ((start[s2] == start[s1]) & (s2 < s1))
-    xa, xb = np.where(swap, y, x), np.where(swap, x, y)
-    sa, sb = acc.span[xa], acc.span[xb]
-    groups, first, inverse = np.unique(sa * len(start) + sb, return_index=True, return_inverse=True)
+    swap = (start[y.span] < start[x.span]) | ((start[y.span] == start[x.span]) & (y.span < x.span))
+    a, b = x.where(~swap, y), x.where(swap, y)
+    groups, first, inverse = np.unique(a.span * len(start) + b.span, return_index=True,
+                                       return_inverse=True)  # fmt: skip
     sets: list[tuple[set, set, set, set]] = [(set(), set(), set(), set()) for _ in groups]
-    lo, hi, write = acc.lo, acc.hi, acc.write
-    for g, pool, block, wa, wb, a, b in zip(
-        inverse.tolist(), acc.pool_names()[xa].tolist(), acc.block[xa].tolist(),
-        write[xa].tolist(), write[xb].tolist(), xa.tolist(), xb.tolist(), strict=True,
+    for g, pool, block, wa, wb, la, ha, lb, hb in zip(
+        inverse.ravel().tolist(), a.pool.tolist(), a.block.tolist(), a.write.tolist(),
+        b.write.tolist(), a.lo.tolist(), a.hi.tolist(), b.lo.tolist(), b.hi.tolist(), strict=True,
     ):  # fmt: skip
         blocks, modes, layers_a, layers_b = sets[g]
         blocks.add((pool, block))
         modes.add(("w" if wa else "r") + ("w" if wb else "r"))
-        layers_a.add(_layer_text(lo[a], hi[a]))
-        layers_b.add(_layer_text(lo[b], hi[b]))
-    ra, rb = sa[first], sb[first]
+        layers_a.add(_layer_text(la, ha))
+        layers_b.add(_layer_text(lb, hb))
+    ra, rb = a.span[first], b.span[first]
     out: dict[str, Any] = {}
     for c in ("span_id", "name", "lane", "role", "step", "start", "end"):
         column = spans[c]  # the pairs' rows taken first: no Python object per span of the trace
@@ -358,6 +360,29 @@ def _pairs_frame(
         frame[col] = [",".join(sorted(s[i])) for s in sets]
     frame["overlapped"] = (frame["start_a"] < frame["end_b"]) & (frame["start_b"] < frame["end_a"])
     return frame[PAIR_COLUMNS]
+
+
+@dataclass(frozen=True)
+class AccessPairs:
+    """One side of a list of access pairs, as :func:`race_table` reads it: each access's span
+    row, scoped pool name, block, whether it writes, layer range."""
+
+    span: np.ndarray
+    pool: np.ndarray
+    block: np.ndarray
+    write: np.ndarray
+    lo: np.ndarray
+    hi: np.ndarray
+
+    @classmethod
+    def of(cls, acc: AccessTable, rows: np.ndarray) -> AccessPairs:
+        return cls(acc.span[rows], acc.pool_names()[rows], acc.block[rows], acc.write[rows],
+                   acc.lo[rows], acc.hi[rows])  # fmt: skip
+
+    def where(self, mask: np.ndarray, other: AccessPairs) -> AccessPairs:
+        """Each pair's side from ``self`` where ``mask``, else from ``other``."""
+        return AccessPairs(*(np.where(mask, getattr(self, f), getattr(other, f))
+                             for f in ("span", "pool", "block", "write", "lo", "hi")))  # fmt: skip
 
 
 @functools.cache
@@ -376,7 +401,8 @@ def _layer_text(lo: int, hi: int) -> str:
     return "all" if hi == ALL_LAYERS else f"[{lo},{hi})"
 
 
-def _gap_frame(gaps: list[dict[str, Any]]) -> pd.DataFrame:
+def gap_frame(gaps: list[dict[str, Any]]) -> pd.DataFrame:
+    """The ``gaps`` table of a report from :func:`fdprof.analysis.tables.gap` rows."""
     if not gaps:
         return pd.DataFrame({c: pd.Series(dtype="object") for c in GAP_COLUMNS})
     return pd.DataFrame(gaps, columns=GAP_COLUMNS)

@@ -35,17 +35,17 @@ from __future__ import annotations
 
 import fnmatch
 from collections.abc import Iterable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pandas as pd
 
 from fdprof import semconv as S
-from fdprof.analysis.clocks import LaneClocks, sync_clocks
+from fdprof.analysis.clocks import LaneClocks, SyncClocks, sync_clocks
 from fdprof.analysis.hazards import HazardReport, Prepared, prepare
 from fdprof.analysis.kernels import WcpStep, Worklist, rule_a, run_worklist, stable_order
 from fdprof.analysis.locks import lock_holds
-from fdprof.analysis.tables import SyncTable
+from fdprof.analysis.tables import AccessTable, SyncTable
 
 
 def predict_races(trace, drop_objects: Iterable[str] = ()) -> HazardReport:
@@ -73,23 +73,65 @@ def lock_rows_mask(table: SyncTable) -> np.ndarray:
 def wcp_clocks(p: Prepared) -> LaneClocks:
     """Per lane, the WCP clock ``P`` at every sync event and at every span start where a
     rule-(a) edge lands, in lane order: clocks of the shape :meth:`Prepared.unordered`
-    queries (releases counted as happens-before counts them)."""
-    table, k = p.table, len(p.lanes)
-    hb = p.clocks
-    is_rel, lane, time = table.release, table.lane, table.time
+    queries (releases counted as happens-before counts them). The three steps below, on the
+    whole trace; a partitioned run does the middle one per block partition."""
+    setup = wcp_setup(p.syncs, p.table, p.clocks)
+    spans, clocks = landings(setup, p.acc)
+    lane_of = np.full(len(p.spans), -1, dtype=np.int64)
+    lane_of[p.acc.span] = p.acc.lane  # each span's lane (its accesses carry it)
+    start = p.spans["start"].to_numpy(np.int64)[spans]
+    return propagate(setup, lane_of[spans], start, clocks)
+
+
+@dataclass(frozen=True)
+class WcpSetup:
+    """What WCP needs of the syncs alone, computed once (small: a row per sync event): the
+    happens-before clocks (``hb``), the clocks of hard edges only (``hard``: lock edges left
+    out), the lock rows, each row's releases before it on its lane, the holds of every lock in
+    order (:func:`_ordered_holds`)."""
+
+    table: SyncTable
+    hb: SyncClocks
+    hard: SyncClocks
+    is_lock: np.ndarray
+    rel_before: np.ndarray
+    holds: pd.DataFrame
+
+    @property
+    def k(self) -> int:
+        return self.hb.lanes.k
+
+
+def wcp_setup(syncs: pd.DataFrame, table: SyncTable, hb: SyncClocks) -> WcpSetup:
+    """The syncs' part of WCP (:class:`WcpSetup`), from the trusted syncs (frame and typed
+    table) and their happens-before clocks (:class:`Prepared`'s)."""
+    is_rel = table.release
     is_lock = lock_rows_mask(table)
-    h_full = hb.rows
-    hard = sync_clocks(table, np.where(is_lock & ~is_rel, -1, p.src), tuple(p.lanes), [])
+    k = hb.lanes.k
+    hard = sync_clocks(table, np.where(is_lock & ~is_rel, -1, hb.src), [""] * k, [])
     # releases on a row's lane before it, in lane order: a1's epoch is this + 1
     rel_before = np.zeros(len(table), dtype=np.int64)
     for rows in hb.lane_rows:
         r = is_rel[rows].astype(np.int64)
         rel_before[rows] = np.cumsum(r) - r
-    holds = _ordered_holds(p.syncs)
-    landings = _rule_a(p, holds, hard.lanes, h_full, hard.rows, rel_before, lane, time)
-    times, vc = _propagate_wcp(p, holds, landings, rel_before, is_lock)
-    releases = [hb.lanes.lane_releases(li) for li in range(k)]
-    return LaneClocks.from_lanes(times, vc, releases, k)
+    return WcpSetup(table, hb, hard, is_lock, rel_before, _ordered_holds(syncs))
+
+
+def landings(setup: WcpSetup, acc: AccessTable) -> tuple[np.ndarray, np.ndarray]:
+    """Rule (a) over ``acc`` (the whole access table, or whole blocks of it: the rule groups
+    by lock and block): the span rows (``acc.span``) where an edge lands, ascending, and the
+    join landing at each one's start, ``(spans, k)``."""
+    return _rule_a(acc, setup)
+
+
+def propagate(
+    setup: WcpSetup, lane: np.ndarray, start: np.ndarray, clocks: np.ndarray
+) -> LaneClocks:
+    """The WCP clocks from the syncs and the landings (each landing's lane, span start and
+    clock; from every partition, a span landed on twice joined first)."""
+    times, vc = _propagate_wcp(setup, lane, start, clocks)
+    hb = setup.hb.lanes
+    return LaneClocks.from_lanes(times, vc, [hb.lane_releases(li) for li in range(hb.k)], hb.k)
 
 
 def _ordered_holds(syncs: pd.DataFrame) -> pd.DataFrame:
@@ -104,15 +146,17 @@ def _ordered_holds(syncs: pd.DataFrame) -> pd.DataFrame:
     return holds.assign(lock=code, order=np.arange(len(holds)) - first)
 
 
-def _rule_a(p: Prepared, holds, hard: LaneClocks, h_full, h_hard, rel_before, lane, time):
+def _rule_a(acc: AccessTable, setup: WcpSetup) -> tuple[np.ndarray, np.ndarray]:
     """Rule (a) as landings: {span row: the join of H(r1) over every earlier hold of the
     same lock whose body has an access conflicting with one of the span's, in a hold's body
     the span is in}. Returns (span rows, (m, lanes) clocks)."""
-    acc, k = p.acc, len(p.lanes)
+    holds, k = setup.holds, setup.k
     empty = (np.empty(0, np.int64), np.zeros((0, k), np.int64))
     if holds.empty or len(acc) == 0:
         return empty
-    hold_idx, x = _bodies(acc, holds, hard, h_hard, rel_before, lane, time, k)
+    table = setup.table
+    hold_idx, x = _bodies(acc, holds, setup.hard.lanes, setup.hard.rows, setup.rel_before,
+                          table.lane, table.time, k)  # fmt: skip
     if len(x) == 0:
         return empty
     # the pairs by hold (holds are in (lock, order) order), then stably by block: each
@@ -132,7 +176,8 @@ def _rule_a(p: Prepared, holds, hard: LaneClocks, h_full, h_hard, rel_before, la
         classes, cls = np.unique(np.stack([lo, hi], axis=1), axis=0, return_inverse=True)
     return rule_a(k, group, holds["order"].to_numpy(np.int64)[hold_idx], cls.ravel(),
                   classes[:, 0], classes[:, 1], acc.write[x],
-                  holds["release_row"].to_numpy(np.int64)[hold_idx], h_full, acc.span[x])
+                  holds["release_row"].to_numpy(np.int64)[hold_idx], setup.hb.rows,
+                  acc.span[x])
 
 
 def _bodies(acc, holds, hard: LaneClocks, h_hard, rel_before, lane, time, k):
@@ -181,20 +226,17 @@ def _bodies(acc, holds, hard: LaneClocks, h_hard, rel_before, lane, time, k):
     return np.concatenate(out_h), np.concatenate(out_x)
 
 
-def _propagate_wcp(p: Prepared, holds, landings, rel_before, is_lock):
+def _propagate_wcp(setup: WcpSetup, span_lane, span_start, land_vc):
     """Each lane's WCP clock along its events (sync rows and rule-(a) landings at span
     starts, a landing after the syncs of its instant), by the worklist of
     :mod:`fdprof.analysis.kernels` in an order that respects the lock edges (the only edges
     along which ``P`` itself travels: a hard edge brings its source's whole happens-before
     past). Returns per lane (times, clocks)."""
-    table, n = p.table, len(p.table)
-    src, is_rel, time = p.src, table.release, table.time
-    lock_edge = is_lock & ~is_rel & (src >= 0)
-    land_span, land_vc = landings
-    span_lane = _span_lanes(p, land_span)
-    span_start = p.spans["start"].to_numpy(np.int64)[land_span]
+    table, n, hb, holds = setup.table, len(setup.table), setup.hb, setup.holds
+    src, is_rel, time = hb.src, table.release, table.time
+    lock_edge = setup.is_lock & ~is_rel & (src >= 0)
     lane_items, times = [], []
-    for li, rows in enumerate(p.clocks.lane_rows):
+    for li, rows in enumerate(hb.lane_rows):
         on = np.flatnonzero(span_lane == li)
         on = on[np.argsort(span_start[on], kind="stable")]
         t_sync, t_land = time[rows], span_start[on]
@@ -212,20 +254,13 @@ def _propagate_wcp(p: Prepared, holds, landings, rel_before, is_lock):
     release_row = holds["release_row"].to_numpy(np.int64)
     end_lock[release_row] = holds["lock"].to_numpy(np.int64)
     end_order[release_row] = holds["order"].to_numpy(np.int64)
-    step = WcpStep(n, land_vc, src, is_rel, lock_edge, p.clocks.rows, end_lock, end_order,
-                   *_hold_queues(holds, p.clocks.rows, rel_before, table.lane))  # fmt: skip
-    wait = np.concatenate([np.where(lock_edge, src, -1), np.full(len(land_span), -1)])
-    w = Worklist.new(lane_items, n + len(land_span), wait)
+    step = WcpStep(n, land_vc, src, is_rel, lock_edge, hb.rows, end_lock, end_order,
+                   *_hold_queues(holds, hb.rows, setup.rel_before, table.lane))  # fmt: skip
+    wait = np.concatenate([np.where(lock_edge, src, -1), np.full(len(span_lane), -1)])
+    w = Worklist.new(lane_items, n + len(span_lane), wait)
     if run_worklist(w, step):  # cannot happen: the clocks above had no cycle left
         raise RuntimeError("WCP propagation blocked on a lock edge")
     return times, [w.out[items] for items in lane_items]
-
-
-def _span_lanes(p: Prepared, span_rows: np.ndarray) -> np.ndarray:
-    """The lane code of each of the spans' rows (their accesses carry it)."""
-    lane_of = np.full(len(p.spans), -1, dtype=np.int64)
-    lane_of[p.acc.span] = p.acc.lane
-    return lane_of[span_rows]
 
 
 def _hold_queues(holds: pd.DataFrame, h_full, rel_before, lane) -> tuple[np.ndarray, ...]:

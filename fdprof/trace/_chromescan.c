@@ -18,6 +18,7 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <math.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -297,13 +298,14 @@ static int num_int(const Num *n, int64_t *out) {
     return 0;
 }
 
+/* A non-integer number as a double (one past a double's range is the Python path's to refuse). */
 static int num_double(const Num *n, double *out) {
     char buf[128];
     if (n->len >= (Py_ssize_t)sizeof buf) return DECLINE;
     memcpy(buf, n->start, n->len);
     buf[n->len] = 0;
     *out = strtod(buf, NULL);
-    return 0;
+    return isfinite(*out) ? 0 : DECLINE;
 }
 
 /* Microseconds to nanoseconds as chrome.ns does it: x * 1000, rounded half to even (Decimal's

@@ -69,9 +69,10 @@ def assert_same(fast, slow) -> None:
 
 
 def _write(tmp_path: Path, events: list[dict], name: str = "trace.json") -> Path:
-    """One event per line, as writers lay them out (the scanner reads such pieces)."""
+    """One event per line, as writers lay them out (the scanner reads such pieces);
+    ``"__HUGE__"`` stands for a number past a double's range (no Python float writes one)."""
     path = tmp_path / name
-    lines = ",\n".join(json.dumps(e) for e in events)
+    lines = ",\n".join(json.dumps(e) for e in events).replace('"__HUGE__"', "1e400")
     path.write_text('{"traceEvents": [\n' + lines + "\n]}\n")
     return path
 
@@ -123,7 +124,7 @@ def test_numbers_together_read_the_same(tmp_path, monkeypatch):
 #: values the scanner reads, and values it leaves to the Python path (JSON-kind attributes)
 READ = [0, -7, 2**63 - 1, -(2**63), 1.5, -0.25, 1e-7, "", "kv", "é\u2603\n\"q\"\\/",
         "\ud83d\ude00", True, False, [], [1, 2, 3], [-(2**63)], ["a", "b"], ["é"]]  # fmt: skip
-LEFT = [None, {"nested": 1}, [1, "a"], 2**64, [[1]], [True]]
+LEFT = [None, {"nested": 1}, [1, "a"], 2**64, [[1]], [True], "__HUGE__"]
 
 
 def _random_events(rng: random.Random, n: int, readable: bool) -> list[dict]:
