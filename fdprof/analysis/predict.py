@@ -174,10 +174,10 @@ def _rule_a(acc: AccessTable, setup: WcpSetup) -> tuple[np.ndarray, np.ndarray]:
         classes, cls = np.array([[lo[0], hi[0]]]), np.zeros(len(x), np.int64)
     else:
         classes, cls = np.unique(np.stack([lo, hi], axis=1), axis=0, return_inverse=True)
-    return rule_a(k, group, holds["order"].to_numpy(np.int64)[hold_idx], cls.ravel(),
-                  classes[:, 0], classes[:, 1], acc.write[x],
-                  holds["release_row"].to_numpy(np.int64)[hold_idx], setup.hb.rows,
-                  acc.span[x])
+    order = holds["order"].to_numpy(np.int64)[hold_idx]
+    release = holds["release_row"].to_numpy(np.int64)[hold_idx]
+    return rule_a(k, group, order, cls.ravel(), classes[:, 0], classes[:, 1], acc.write[x],
+                  release, setup.hb.rows, acc.span[x])  # fmt: skip
 
 
 def _bodies(acc, holds, hard: LaneClocks, h_hard, rel_before, lane, time, k):
