@@ -10,7 +10,6 @@ the ratio is the gain.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,6 +34,7 @@ from fdprof.analysis.whatif import what_if_drop_lock
 from fdprof.errors import FdprofError
 from fdprof.probe.run_manifest import MANIFEST
 from fdprof.trace import load, save
+from fdprof.trace.jsonstream import loads
 from fdprof.trace.model import Trace
 
 #: throughput units, in order of preference (the first every run of a session has wins)
@@ -82,6 +82,8 @@ class RunOutcome:
     python_time: tuple[pd.DataFrame, pd.DataFrame] | None = None
     #: locks whose holds overlapped on two lanes (``HazardReport.untrusted_locks``)
     untrusted_locks: tuple[str, ...] = ()
+    #: what the trace reader warned about (:class:`fdprof.trace.model.TraceWarning`)
+    warnings: list = field(default_factory=list)
 
     @property
     def name(self) -> str:
@@ -151,6 +153,7 @@ def analyse_run(
     outcome.swap_overlap, outcome.device_breakdown = _device_side(trace, breakdown)
     outcome.timeline, outcome.timeline_window = _timeline_excerpt(trace)
     outcome.python_time = python_time.attribute(trace)
+    outcome.warnings = list(trace.warnings)
     if perfetto_dir is not None:
         perfetto_dir.mkdir(parents=True, exist_ok=True)
         outcome.perfetto = perfetto_dir / f"{mode}-{index}.json"
@@ -177,7 +180,7 @@ def _manifest(run_dir: Path) -> dict[str, Any]:
     if not path.exists():
         return {}
     try:
-        return json.loads(path.read_text())
+        return loads(path.read_text())
     except ValueError as exc:
         raise FdprofError(f"{path}: not JSON ({exc})") from None
 

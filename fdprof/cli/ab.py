@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from fdprof import files
-from fdprof.cli import SAFETY_RULE
+from fdprof.cli import SAFETY_RULE, add_force_argument
 from fdprof.cli._engine_options import (
     add_capture_arguments,
     add_engine_arguments,
@@ -78,6 +78,7 @@ def register(subparsers) -> None:
                    help="exit 3 when the lower bound of the gain's 95%% CI is below X "
                    "(e.g. 1.05)")  # fmt: skip
     p.add_argument("--out", required=True, type=Path, help="directory for runs and reports")
+    add_force_argument(p)
     add_report_arguments(p, out_file=False)
     group = p.add_argument_group("built-in A/B (ignored with --baseline/--candidate)")
     group.add_argument(
@@ -122,8 +123,9 @@ def handle(args: argparse.Namespace) -> int:
         raise FdprofError(f"--require-gain must be a positive number, got {args.require_gain}")
     if args.runs < 2:
         raise FdprofError("--runs must be at least 2 (a confidence interval needs repeats)")
-    out = files.make_dir(args.out.resolve())
+    out = files.make_dir(files.resolved(args.out))
     with files.DirectoryLock(out):  # a second ab on the same --out refuses, touching nothing
+        files.claim_output(out, args.force)
         result = run_session(arms(args), args.runs, out, ProgressBar(sys.stderr, "runs"))
         result.require_gain = args.require_gain
         reports = {"md": out / "report.md", "html": out / "report.html", "json": out / "ab.json"}

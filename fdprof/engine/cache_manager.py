@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -403,9 +404,12 @@ class CacheManager:
     def wanted(self) -> int:
         return self._want_free
 
-    def evict_once(self) -> bool:
+    def evict_once(self, room_made: Callable[[], None] | None = None) -> bool:
         """One swap-out of up to ``swap_batch`` blocks; False when nothing (more) is needed. V1
-        without the lock issues it without waiting (:meth:`poll_evictions` finishes it)."""
+        without the lock issues it without waiting (:meth:`poll_evictions` finishes it).
+        ``room_made`` is told when blocks return to the free list before their copy: only the
+        free-before-swap-out fault does that, and a scheduler waiting for room then takes them
+        at once, as FastDeploy's scheduler sees free ids as soon as they are freed."""
         free_early = self.cfg.fault == "free-before-swap-out"
         no_wait = self.cfg.v1 and not self.cfg.locked
         with self.mutex:
@@ -432,6 +436,8 @@ class CacheManager:
                 self.gpu.free(srcs)
                 for e in victims:
                     e.gpu = None
+        if free_early and room_made is not None:
+            room_made()
         task = self.issue_swap_task(S.TO_CPU, srcs, dsts, [e.fp for e in victims],
                                     is_sync=not no_wait)  # fmt: skip
         if no_wait:

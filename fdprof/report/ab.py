@@ -10,11 +10,13 @@ from pathlib import Path
 
 import numpy as np
 
+from fdprof import semconv as S
 from fdprof.ab.runs import TIMELINE_SPANS
 from fdprof.ab.session import ABResult
 from fdprof.analysis.breakdown import DEVICE_PARTS, PARTS
 from fdprof.analysis.serving import SERVING
 from fdprof.analysis.stats import RatioCI, spread
+from fdprof.contracts import stamped, warnings_json
 from fdprof.report import document as D
 from fdprof.report import python_time
 
@@ -24,6 +26,10 @@ EMPTY_STEPS_NOTE = (
     "engine keeping its collectives matched): counted here, left out of step latency and of "
     'where the time went, kept in throughput (docs/analysis.md, "Steps that did work").'
 )
+#: the timeline's colour of the transfer's copy (``swap``): a lighter shade of the swap part's,
+#: so it reads as swap work yet stands apart from ``issue_swap_task``, the blocking call that
+#: paints the part (one colour for both made the two lanes one)
+SWAP_COPY_COLOR = "#c8a2e8"
 #: how the parts read on axes and in legends
 PART_NAMES = {"compute": "compute", "lock_wait": "lock wait", "swap_blocking": "swap (blocking)",
               "idle": "idle"}  # fmt: skip
@@ -66,7 +72,9 @@ def build(result: ABResult) -> D.Document:
         settings_table(result),
     ]  # fmt: skip
     verdict = D.Verdict(v.line, v.exit_code == 0, v.kind_lines())
-    return D.Document(f"fdprof A/B: {bl} vs {nl}", blocks, verdict, result.to_json())
+    warnings = warnings_json((str(r.run_dir), r.warnings) for r in result.runs)
+    data = stamped("ab", {**result.to_json(), "warnings": warnings})
+    return D.Document(f"fdprof A/B: {bl} vs {nl}", blocks, verdict, data)
 
 
 def _ci(c: RatioCI, digits: int = 3) -> str:
@@ -252,15 +260,16 @@ def breakdown_chart(result: ABResult) -> D.Chart:
 
 def timeline_chart(result: ABResult, mode: str, label: str) -> D.Chart:
     """A window of the mode's first run: one lane per span name, coloured by the part it
-    paints (execute_model compute, the swap spans swap, lock_wait lock wait)."""
+    paints (execute_model compute, issue_swap_task swap blocking, lock_wait lock wait) and
+    the transfer's copy (swap) in a lighter shade of the swap part's: one colour a lane."""
     run = result.of(mode)[0]
     t0, _ = run.timeline_window
     series = []
     for name, boxes in run.timeline.items():
-        part = TIMELINE_SPANS[name]
+        color = SWAP_COPY_COLOR if name == S.SWAP else D.PART_COLORS[TIMELINE_SPANS[name]]
         series.append(D.Series(
             name, [e - s for s, e in boxes], [name] * len(boxes),
-            style="hbar", color=D.PART_COLORS[part], base=[s - t0 for s, _ in boxes],
+            style="hbar", color=color, base=[s - t0 for s, _ in boxes],
             hover=[f"{name}: {s - t0:.1f}-{e - t0:.1f} ms ({e - s:.2f} ms)" for s, e in boxes],
         ))  # fmt: skip
     return D.Chart(f"Timeline excerpt of {run.name}", "time in window (ms)", "span", series)

@@ -17,6 +17,7 @@ from fdprof.analysis.hazards import HazardReport
 from fdprof.analysis.serving import SERVING
 from fdprof.analysis.stats import RatioCI, spread
 from fdprof.analysis.whatif import WhatIf
+from fdprof.contracts import stamped
 from fdprof.report import python_time
 from fdprof.report.document import Bullets, Document, Table, Verdict
 from fdprof.report.units import duration, signed_duration
@@ -45,10 +46,11 @@ def as_document(result: Any) -> Document:
     return result if isinstance(result, Document) else document(result)
 
 
-def document(result: Any) -> Document:
-    """The document of any result an analysis returns."""
+def document(result: Any, origin: int = 0) -> Document:
+    """The document of any result an analysis returns. ``origin``: the trace's first time
+    (ns, :attr:`fdprof.trace.model.Trace.origin`), which times in tables count from."""
     if isinstance(result, HazardReport):
-        return hazards_document(result)
+        return hazards_document(result, origin)
     if isinstance(result, WhatIf):
         return what_if_document(result)
     if isinstance(result, DiffResult):
@@ -56,7 +58,7 @@ def document(result: Any) -> Document:
     raise TypeError(f"no tables for {type(result).__name__}")
 
 
-def hazards_document(report: HazardReport) -> Document:
+def hazards_document(report: HazardReport, origin: int = 0) -> Document:
     c = report.counts
     if not report.accesses:
         verdict = "NOTHING CHECKED: no KV-block accesses (kv.* span attributes) in this trace"
@@ -99,8 +101,7 @@ def hazards_document(report: HazardReport) -> Document:
     ok = report.clean and report.accesses > 0
     return Document("fdprof hazards", [
         Bullets(summary),
-        _frame_table("Broken locks (two holds at once, on different lanes)",
-                     report.broken_locks, list(report.broken_locks.columns)),
+        _broken_locks_table(report.broken_locks, origin),
         _kinds_table(report.kinds),
         _frame_table("Accesses outside their block's lifetime", report.lifetime,
                      ["kind", "pool", "block", "blocks", "name_a", "lane_a", "name_b", "lane_b"]),
@@ -112,7 +113,27 @@ def hazards_document(report: HazardReport) -> Document:
         _frame_table("Instrumentation gaps (not races)", report.gaps,
                      ["kind", "lane", "obj", "seq", "detail"]),
     ], Verdict(verdict, ok, _kind_lines(report.kinds)),
-        report.to_json() | {"verdict": {"line": verdict, "safe": ok}})  # fmt: skip
+        stamped("hazards", report.to_json()
+                | {"verdict": {"line": verdict, "safe": ok}}))  # fmt: skip
+
+
+def _broken_locks_table(broken: pd.DataFrame, origin: int) -> Table:
+    """Each pair of overlapping holds, its times into the run (as a timeline reads them), and
+    how long the two held the lock at once."""
+    headers = ["lock", "lane a", "a held (s into the run)", "lane b", "b held (s into the run)",
+               "held together"]  # fmt: skip
+    rows = [
+        [_cell(r.obj), _cell(r.lane_a), _held(r.start_a, r.end_a, origin), _cell(r.lane_b),
+         _held(r.start_b, r.end_b, origin), duration(min(r.end_a, r.end_b) - r.start_b)]
+        for r in broken.head(MAX_ROWS).itertuples()
+    ]  # fmt: skip
+    notes = ["times count from the trace's first event; the JSON keeps epoch nanoseconds"]
+    return Table("Broken locks (two holds at once, on different lanes)", headers, rows,
+                 _more(len(broken)) + (notes if len(broken) else []))  # fmt: skip
+
+
+def _held(start: int, end: int, origin: int) -> str:
+    return f"{(start - origin) / 1e9:.3f} - {(end - origin) / 1e9:.3f}"
 
 
 def what_if_document(w: WhatIf) -> Document:
@@ -130,8 +151,23 @@ def what_if_document(w: WhatIf) -> Document:
     ], Verdict(verdict, w.safe), w.to_json())  # fmt: skip
 
 
+#: the longest trace label a diff table repeats in its column headers; longer ones (and two
+#: equal ones) are "base" and "new" there, named once above the tables
+MAX_COLUMN_LABEL = 16
+
+
+def column_labels(base: str, new: str) -> tuple[str, str]:
+    """How a diff's columns name the two traces: by their labels when short and different,
+    else ``base`` and ``new`` (a long name repeated in every column header hides the numbers,
+    and two equal ones tell nothing apart)."""
+    if base != new and max(len(base), len(new)) <= MAX_COLUMN_LABEL:
+        return base, new
+    return "base", "new"
+
+
 def diff_document(d: DiffResult) -> Document:
     b, n = d.base, d.new
+    bl, nl = column_labels(b.label, n.label)
     unit = d.throughput_unit
     rate_b = b.tokens_per_s if unit == "tokens/s" else b.steps_per_s
     rate_n = n.tokens_per_s if unit == "tokens/s" else n.steps_per_s
@@ -163,35 +199,37 @@ def diff_document(d: DiffResult) -> Document:
         ),
         *(f"caution: {c}" for c in d.cautions),
     ]
+    if (bl, nl) != (b.label, n.label):
+        summary.insert(0, f"base: {_name(b.label)}; new: {_name(n.label)}")
     lat = Table("Step latency (steps that scheduled tokens)",
                 ["run", "steps", "p50", "p90", "p99", "mean", "empty steps", "empty time"], [
-        [s.label, str(len(s.working)),
+        [label, str(len(s.working)),
          *(ms(s.step_latency[k]) for k in ("p50", "p90", "p99", "mean")),
          str(s.empty_steps["count"]), ms(s.empty_steps["total_ns"])]
-        for s in (b, n)
+        for s, label in ((b, bl), (n, nl))
     ], [EMPTY_STEPS])  # fmt: skip
     moved = _moved_table("Where the time moved (per step that scheduled tokens: mean, "
-                         "p50/p90/p99)", d.moved, b.label, n.label)  # fmt: skip
+                         "p50/p90/p99)", d.moved, bl, nl)  # fmt: skip
     gpu = [] if d.device_moved.empty else [_moved_table(
         "GPU time per step (compute kernels, NCCL, memcpy, memset, idle: mean, p50/p90/p99)",
-        d.device_moved, b.label, n.label)]  # fmt: skip
+        d.device_moved, bl, nl)]  # fmt: skip
     return Document("fdprof diff", [
-        Bullets(summary), lat, _serving_table(d), moved, *gpu,
-        _side_table("Time by span name", d.by_name, "name", b.label, n.label),
-        _side_table("Time by role", d.by_role, "role", b.label, n.label),
-        _frame_table(f"Locks in {b.label}", _ms_cols(b.locks),
+        Bullets(summary), lat, _serving_table(d, bl, nl), moved, *gpu,
+        _side_table("Time by span name", d.by_name, "name", bl, nl),
+        _side_table("Time by role", d.by_role, "role", bl, nl),
+        _frame_table(f"Locks in {bl}", _ms_cols(b.locks),
                      ["name", "role", "count", "total", "p50", "p90", "p99"]),
-        _frame_table(f"Locks in {n.label}", _ms_cols(n.locks),
+        _frame_table(f"Locks in {nl}", _ms_cols(n.locks),
                      ["name", "role", "count", "total", "p50", "p90", "p99"]),
-        *python_time.blocks([(b.label, b.python_time), (n.label, n.python_time)]),
-    ], data=d.to_json())  # fmt: skip
+        *python_time.blocks([(bl, b.python_time), (nl, n.python_time)]),
+    ], data=stamped("diff", d.to_json()))  # fmt: skip
 
 
 def _empty(e: dict[str, Any]) -> str:
     return f"{e['count']} ({ms(e['total_ns'])}, {pct(e['share'])} of step time)"
 
 
-def _serving_table(d: DiffResult) -> Table:
+def _serving_table(d: DiffResult, bl: str, nl: str) -> Table:
     """Per request: p50/p90/p99 of each serving metric in both runs, and the median's ratio."""
     rows, missing = [], []
     for metric, name in SERVING.items():
@@ -202,7 +240,6 @@ def _serving_table(d: DiffResult) -> Table:
         rows.append([name, *(f"{b[q]:.2f}" for q in ("p50", "p90", "p99")),
                      *(f"{n[q]:.2f}" for q in ("p50", "p90", "p99")),
                      ratio_text(d.serving[metric])])  # fmt: skip
-    bl, nl = d.base.label, d.new.label
     notes = [f"ms per request; ratio: {nl} / {bl} median, requests resampled (95% CI)."]
     if missing:
         notes.append(

@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 import pytest
+from schemas import validate
 
 
 @pytest.fixture(scope="module")
@@ -19,7 +20,9 @@ def ab_run(tmp_path_factory):
 
 
 def test_json_has_the_contract_keys(ab_run):
-    _, data = ab_run
+    out, data = ab_run
+    validate("ab", data)
+    validate("ab", json.loads((out / "ab.json").read_text()))
     for key in ("verdict", "settings", "runs", "baseline", "candidate", "gain", "ideal",
                 "what_if_drop_lock", "integrity_mismatches", "report"):  # fmt: skip
         assert key in data
@@ -109,3 +112,18 @@ def test_too_few_runs_is_a_usage_error(tmp_path):
     )
     assert result.returncode == 2
     assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_the_timeline_gives_each_span_name_its_colour(ab_run):
+    """swap (the transfer's copy) and issue_swap_task (the call that blocks) were one colour,
+    so their lanes read as one; each lane of the timeline excerpt has a colour of its own."""
+    out, _ = ab_run
+    html = (out / "report.html").read_text()
+    lanes = re.findall(r'"marker": \{"color": "(#[0-9a-f]{6})"\}, "name": "(\w+)", '
+                       r'"orientation": "h"', html)  # fmt: skip
+    colours: dict[str, set[str]] = {}
+    for colour, name in lanes:
+        colours.setdefault(name, set()).add(colour)
+    assert set(colours) == {"execute_model", "issue_swap_task", "swap", "lock_wait"}
+    assert all(len(c) == 1 for c in colours.values())
+    assert len(set.union(*colours.values())) == 4

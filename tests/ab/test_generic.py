@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 import pytest
+from schemas import validate
 
 from .conftest import fdprof_ab, toy
 
@@ -14,6 +15,7 @@ def test_two_commands_run_interleaved_each_in_its_own_directory(toy_ab):
     out, result = toy_ab
     assert result.returncode == 0, result.stderr
     data = json.loads((out / "ab.json").read_text())
+    validate("ab", data)
     runs = data["runs"]
     assert [(r["mode"], r["index"]) for r in runs] == [
         ("baseline", 0), ("candidate", 0), ("candidate", 1), ("baseline", 1),
@@ -180,3 +182,25 @@ def test_diff_of_two_engines_runs_counts_work_and_reads_serving_latency(lock_and
     assert set(d["serving"]) == {"ttft", "tpot", "e2e"}
     assert d["per_token"]["statistic"] == "median"
     assert d["base"]["per_token_ns"]["n"] == d["new"]["per_token_ns"]["n"] == 4
+
+
+def test_a_second_ab_into_the_same_out_refuses_unless_force(tmp_path):
+    """An A/B of 3 pairs, then one of 2 into the same --out: refused (nothing touched); with
+    --force it replaces the first, leaving one consistent report: no run 2 or its Perfetto
+    file beside the new one (what an A/B over the 5-run demo used to leave)."""
+    out = tmp_path / "ab"
+    first = fdprof_ab("--baseline", toy(), "--candidate", toy(), "--runs", 3, "--out", out)
+    assert first.returncode == 0, first.stderr
+    before = sorted(p.relative_to(out) for p in out.rglob("*"))
+    again = fdprof_ab("--baseline", toy(), "--candidate", toy(), "--runs", 2, "--out", out)
+    assert again.returncode == 2 and "is not empty" in again.stderr
+    assert sorted(p.relative_to(out) for p in out.rglob("*")) == before
+    forced = fdprof_ab("--baseline", toy(), "--candidate", toy(), "--runs", 2, "--out", out,
+                       "--force")  # fmt: skip
+    assert forced.returncode == 0, forced.stderr
+    assert sorted(p.name for p in (out / "runs").iterdir()) == [
+        "baseline-0", "baseline-1", "candidate-0", "candidate-1"]  # fmt: skip
+    assert sorted(p.name for p in (out / "perfetto").iterdir()) == [
+        "baseline-0.json", "baseline-1.json", "candidate-0.json", "candidate-1.json"]  # fmt: skip
+    data = json.loads((out / "ab.json").read_text())
+    assert len(data["runs"]) == 4 and {r["index"] for r in data["runs"]} == {0, 1}
