@@ -137,7 +137,7 @@ def bench_hta(repeat: int) -> None:
 
 def write_synthetic(run_dir: Path, spans: int, procs: int = 4) -> None:
     """A native run of ``spans`` spans over ``procs`` processes, in the probe's record format."""
-    from fdprof.probe import records as R
+    from fdprof.formats import records as R
 
     run_dir.mkdir(parents=True, exist_ok=True)
     per = spans // procs
@@ -226,7 +226,7 @@ def write_synthetic(run_dir: Path, spans: int, procs: int = 4) -> None:
 def walk_seconds(run_dir: Path) -> tuple[float, float]:
     """Seconds to find the records of the run's files: the C walk and its Python twin, side by
     side on the same bytes, best of 3 each, interleaved."""
-    from fdprof.probe import records as R
+    from fdprof.formats import records as R
 
     if R._c_offsets is None:
         return float("nan"), float("nan")

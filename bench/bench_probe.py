@@ -78,7 +78,7 @@ def _device(mode: str, out_dir: str) -> float:
     without a stream (``device-probe``)."""
     from fdprof import probe
     from fdprof.engine.device import CpuDevice
-    from fdprof.probe.device import StreamProbe
+    from fdprof.probe.sdk.device import StreamProbe
 
     p = probe.configure(probe.ProbeConfig(run_dir=None if mode == "device-off" else out_dir),
                         "worker")  # fmt: skip

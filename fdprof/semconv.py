@@ -3,7 +3,7 @@
 Every layer speaks these names: the engine's probe handles (``fdprof/engine/instrument.py``), the
 vLLM adapter, the readers (``fdprof.trace``), the analyses, the reports, the dashboards and the
 OpenTelemetry export. Nothing else spells ``"execute_model"`` or ``"kv.gpu_read"``; a rename
-here is a rename everywhere (as ``fdprof.probe.metric_names`` is for metrics). Plain strings
+here is a rename everywhere (as ``fdprof.metric_names`` is for metrics). Plain strings
 and the functions that build lane names, no imports: any module may depend on this one. What
 each name means is in docs/trace.md.
 """
@@ -36,7 +36,7 @@ SCHEDULED_REQUEST = "scheduled_request"
 #: an instrumentation hook that failed inside an engine (counted; the engine went on)
 ADAPTER_ERROR = "fdprof.adapter_error"
 
-#: device-stream markers (``fdprof/probe/device.py``): an event's record executing on its
+#: device-stream markers (``fdprof/probe/sdk/device.py``): an event's record executing on its
 #: stream, and a stream stopped until an event it waits on completed
 DEVICE_EVENT_RECORD = "device.event_record"
 DEVICE_EVENT_WAIT = "device.event_wait"

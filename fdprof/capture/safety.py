@@ -8,7 +8,7 @@ from pathlib import Path
 
 
 def hazard_counts(run_dir: Path) -> dict[str, int]:
-    """Finding (``fdprof.probe.metric_names.HAZARD_FINDINGS``) → count, for ``run_dir``."""
+    """Finding (``fdprof.metric_names.HAZARD_FINDINGS``) → count, for ``run_dir``."""
     from fdprof.analysis.hazards import find_hazards
     from fdprof.trace import load
 

@@ -8,6 +8,7 @@ the mode chosen as ``candidate`` by the one chosen as ``baseline``. Each run is 
 
 from __future__ import annotations
 
+from fdprof import metric_names as M
 from fdprof.dashboards import grafana as G
 from fdprof.dashboards.promql import (
     active,
@@ -21,7 +22,6 @@ from fdprof.dashboards.promql import (
     run_total,
     runs,
 )
-from fdprof.probe import metric_names as M
 
 UID = "fdprof-engine-overview"
 QUANTILES = (0.5, 0.9, 0.99)

@@ -21,7 +21,7 @@ after everything before the event's most recent ``record`` *at the time of the w
 and ``Stream.synchronize`` return to the host after that work. Nothing else is: two streams
 without an event between them run concurrently (they really overlap on the CPU twin).
 
-Every item is recorded through :class:`fdprof.probe.device.StreamProbe` (its span on the
+Every item is recorded through :class:`fdprof.probe.sdk.device.StreamProbe` (its span on the
 stream's lane with the interval it really ran, and the launch/event edges), when the process's
 probe records. A device takes the probe current when it is made: make it after
 ``probe.configure``.
@@ -58,7 +58,7 @@ from fdprof import probe as fdprobe
 from fdprof import semconv as S
 from fdprof.probe import api
 from fdprof.probe.api import Name, Probe
-from fdprof.probe.device import StreamProbe, event_object
+from fdprof.probe.sdk.device import StreamProbe, event_object
 
 #: how often a waiter on a shared event looks at its slot
 SHARED_POLL_S = 0.0002

@@ -20,10 +20,10 @@ from pathlib import Path
 
 from fdprof import files, settings
 from fdprof import semconv as S
-from fdprof.probe import records as R
+from fdprof.formats import records as R
 from fdprof.probe.config import ProbeConfig
 from fdprof.probe.context import format_traceparent, parse_traceparent
-from fdprof.probe.recorder import PID_SHIFT, open_recorder
+from fdprof.probe.sdk.recorder import PID_SHIFT, open_recorder
 
 
 # eq=False: handles hash by identity, so the recorder's per-handle id cache is a C-speed lookup
@@ -231,7 +231,7 @@ def configure(config: ProbeConfig, role: str, dp_rank: int = 0, tp_rank: int = -
         recorder = open_recorder(path, role, dp_rank, tp_rank)
     nvtx_sink = None
     if config.nvtx:
-        from fdprof.probe.nvtx_sink import open_nvtx_sink
+        from fdprof.probe.sdk.nvtx_sink import open_nvtx_sink
 
         nvtx_sink = open_nvtx_sink()
     _current = Probe(recorder, nvtx_sink)

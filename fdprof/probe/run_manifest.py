@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from fdprof import files
-from fdprof.probe import records as R
+from fdprof.formats import records as R
 
 MANIFEST = "run.json"
 RUN_FORMAT = "fdprof-run/1"

@@ -2,9 +2,9 @@
 
 :class:`OtelView` is the one adapter from the trace model to OpenTelemetry spans: ``fdprof
 export-otlp`` sends its spans through the SDK's batch processor and OTLP exporter
-(:mod:`fdprof.probe.otel_sink`), and the OTLP JSON writer (:mod:`fdprof.trace.otlp`) writes
+(:mod:`fdprof.probe.sdk.otel_sink`), and the OTLP JSON writer (:mod:`fdprof.trace.otlp`) writes
 them, with the markers that make the file lossless. Its rules are the live export's
-(:mod:`fdprof.probe.otel_spans`), so a replayed run and a live one send the same spans: the
+(:mod:`fdprof.probe.sdk.otel_spans`), so a replayed run and a live one send the same spans: the
 same ids, parents, trace ids, resources and attributes. Spans keep their recorded times.
 
 A trace read from OTLP keeps what its file said about itself: each process's resource
@@ -25,7 +25,7 @@ import pandas as pd
 from fdprof import semconv as S
 from fdprof import settings as env
 from fdprof.errors import FdprofError
-from fdprof.probe.otel_spans import (
+from fdprof.probe.sdk.otel_spans import (
     MASK64,
     OTLP_KINDS,
     OTLP_STATUS,
@@ -36,7 +36,7 @@ from fdprof.probe.otel_spans import (
     run_attributes,
     sync_event,
 )
-from fdprof.probe.recorder import PID_SHIFT
+from fdprof.probe.sdk.recorder import PID_SHIFT
 from fdprof.trace import conventions as C
 from fdprof.trace.chrome import SPAN_LANE, SPAN_ROLE
 from fdprof.trace.model import Trace, rows
@@ -65,7 +65,7 @@ def _first_positions(ids: np.ndarray, wanted: np.ndarray) -> np.ndarray:
 
 
 class OtelView:
-    """``trace``'s spans as OpenTelemetry spans (:class:`~fdprof.probe.otel_spans.SpanData`, no
+    """``trace``'s spans as OpenTelemetry spans (:class:`~fdprof.probe.sdk.otel_spans.SpanData`, no
     SDK needed), in process order, and each process's resource attributes. ``lossless`` adds
     what only a file needs to be read back as it was: spans that never ended (marked), sync
     events with their thread and lane, and carrier spans for sync events that belong to no
@@ -103,7 +103,7 @@ class OtelView:
         return str(self.attributes[pid].get(S.SERVICE_INSTANCE_ID) or f"pid-{pid}")
 
     def _trace_ids(self, order: np.ndarray) -> list[int]:
-        """Each span's trace, rows in ``order`` (module :mod:`fdprof.probe.otel_spans`): its own,
+        """Each span's trace, rows in ``order``: its own,
         else its nearest ancestor's, else one derived from its root's process instance and id."""
         spans = self.trace.spans
         own = spans["trace_id"].to_numpy(object, na_value=None)[order]
@@ -268,7 +268,7 @@ def export(trace: Trace, endpoint: str | None = None, timeout: float | None = No
     """Send every span of ``trace`` through the SDK's batch processor and OTLP exporter
     (retries and backoff are the SDK's); the first batch the exporter gives up on ends the
     replay, and the spans not delivered are one :class:`FdprofError` naming how many."""
-    from fdprof.probe.otel_sink import SpanSink, readable, sdk_resource, span_exporter
+    from fdprof.probe.sdk.otel_sink import SpanSink, readable, sdk_resource, span_exporter
 
     settings = env.otel(endpoint, default_endpoint=DEFAULT_ENDPOINT)
     traces = settings.traces

@@ -10,7 +10,7 @@ Timestamps are ``time.monotonic_ns()``; each file's header anchors it to the epo
 of one run share the host's monotonic clock, so when their anchors agree (within
 :data:`SAME_CLOCK_NS`) one common offset is applied: cross-process order stays exactly as the
 monotonic clock saw it instead of being jittered by each anchor's own measurement error
-(:func:`fdprof.probe.records.epoch_offsets`, the rule the live OpenTelemetry export follows too).
+(:func:`fdprof.formats.records.epoch_offsets`, the rule the live OpenTelemetry export follows too).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ import pandas as pd
 import pyarrow as pa
 
 from fdprof.errors import FdprofError, short
-from fdprof.probe import records as R
+from fdprof.formats import records as R
 from fdprof.probe.run_manifest import RECORD_NAME
 from fdprof.trace import attrs as A
 from fdprof.trace import conventions as C

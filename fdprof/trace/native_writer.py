@@ -1,7 +1,7 @@
 """Writer of native run directories: a trace from any source as ``run.json`` + ``.rec`` files.
 
 Each process's spans, attributes and syncs become the records the probe would have written
-(:mod:`fdprof.probe.records`), with a clock anchor of (0, 0): timestamps are stored on the
+(:mod:`fdprof.formats.records`), with a clock anchor of (0, 0): timestamps are stored on the
 trace's own timebase. What records cannot hold is kept as attributes: a lane or role that
 differs from the thread's becomes ``fd.lane`` / ``fd.role``; a value that is not an int, a
 float, a string or a list of int32 is stored as its JSON text in a string attribute.
@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from fdprof.errors import FdprofError
-from fdprof.probe import records as R
+from fdprof.formats import records as R
 from fdprof.trace import conventions as C
 from fdprof.trace.attrs import to_json
 from fdprof.trace.model import Trace, rows

@@ -11,8 +11,8 @@ import pytest
 
 from fdprof import probe
 from fdprof.analysis.hazards import find_hazards
-from fdprof.probe import records as R
-from fdprof.probe.recorder import open_recorder
+from fdprof.formats import records as R
+from fdprof.probe.sdk.recorder import open_recorder
 from fdprof.trace import load, save
 
 from .builder import TraceBuilder

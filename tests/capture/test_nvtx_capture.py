@@ -69,7 +69,7 @@ def test_capture_from_spawned_processes_joins_to_records(tmp_path, how):
     assert cats[spans.index[spans.name == "execute_model"]].eq("execute_model").all()
     assert (nv.spans.end == -1).sum() == 2  # the two spans that never ended
     # payload = span id: every NVTX range is a recorded span with the same name and pid
-    from fdprof.probe import records as R
+    from fdprof.formats import records as R
 
     for pid, role in ((worker, "worker"), (transfer, "transfer")):
         rec = tmp_path / f"{role}-0-{pid}.rec"

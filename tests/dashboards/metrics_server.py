@@ -1,4 +1,4 @@
-"""A real process serving every metric of ``fdprof.probe.metric_names`` through
+"""A real process serving every metric of ``fdprof.metric_names`` through
 ``prometheus_client``, with the probe's labels, for the Prometheus harness's own test.
 
     python metrics_server.py PORT SECONDS
@@ -15,7 +15,7 @@ import time
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
-from fdprof.probe import metric_names as M
+from fdprof import metric_names as M
 
 #: per-metric label values: the role that reports it and its own labels' values
 ROLES = {

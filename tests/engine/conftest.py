@@ -8,8 +8,8 @@ import pytest
 
 from fdprof.engine.config import EngineConfig
 from fdprof.engine.launcher import run_engine
+from fdprof.formats import records as R
 from fdprof.probe import ProbeConfig
-from fdprof.probe import records as R
 
 SHM = Path("/dev/shm")
 

@@ -15,8 +15,8 @@ import pytest
 from fdprof import probe
 from fdprof.analysis.hazards import find_hazards
 from fdprof.engine.ipc import KvLock, PerThreadKvLock, RunPaths
+from fdprof.formats import records as R
 from fdprof.probe import ProbeConfig
-from fdprof.probe import records as R
 from fdprof.probe.run_manifest import write_run_manifest
 from fdprof.trace import load
 

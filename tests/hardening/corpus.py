@@ -19,7 +19,7 @@ import struct
 from collections.abc import Callable
 from pathlib import Path
 
-from fdprof.probe import records as R
+from fdprof.formats import records as R
 
 TRACES = Path(__file__).resolve().parents[2] / "traces"
 BASELINE = TRACES / "baseline"

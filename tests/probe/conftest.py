@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 from probe_records import IMPLS
 
-from fdprof.probe import recorder as pyrec
+from fdprof.probe.sdk import recorder as pyrec
 
 
 @pytest.fixture(params=IMPLS)

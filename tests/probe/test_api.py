@@ -9,7 +9,7 @@ import threading
 from probe_records import decode, spans_of
 
 from fdprof import probe
-from fdprof.probe import records as R
+from fdprof.formats import records as R
 from fdprof.probe.context import parse_traceparent, trace_id_for
 
 SWAP = probe.name("swap", "swap")

@@ -10,7 +10,7 @@ from engine_runs import fdprof_run
 from otlp_receiver import Receiver, attrs, canonical
 
 from fdprof.analysis.hazards import find_hazards
-from fdprof.probe.otel_export import STATS_FILE
+from fdprof.probe.sdk.otel_export import STATS_FILE
 from fdprof.trace import load
 from fdprof.trace.export import export
 

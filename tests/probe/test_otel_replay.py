@@ -15,9 +15,9 @@ from otlp_receiver import Receiver, attrs, canonical
 from fdprof import probe
 from fdprof import semconv as S
 from fdprof.errors import FdprofError
-from fdprof.probe import records as R
-from fdprof.probe.otel_export import observers_for
+from fdprof.formats import records as R
 from fdprof.probe.run_manifest import write_run_manifest
+from fdprof.probe.sdk.otel_export import observers_for
 from fdprof.trace import load, otlp
 from fdprof.trace.export import export
 

@@ -15,7 +15,7 @@ from otlp_receiver import Receiver
 
 from fdprof import probe
 from fdprof.errors import FdprofError
-from fdprof.probe.otel_export import observers_for
+from fdprof.probe.sdk.otel_export import observers_for
 from fdprof.trace import load
 from fdprof.trace.export import export
 
@@ -73,7 +73,7 @@ def test_the_batch_in_flight_at_shutdown_counts_as_dropped(tmp_path, monkeypatch
         scraper = Scraper(obs.prometheus.port)
         scraper.start()
         stopped = threading.Thread(target=obs.stop, daemon=True)
-        with caplog.at_level(logging.WARNING, logger="fdprof.probe.otel_export"):
+        with caplog.at_level(logging.WARNING, logger="fdprof.probe.sdk.otel_export"):
             stopped.start()
             stopped.join(60)
         assert not stopped.is_alive()

@@ -11,9 +11,9 @@ import threading
 import pytest
 from probe_records import IMPLS, decode, recorder_class, spans_of
 
-from fdprof.probe import records as R
+from fdprof.formats import records as R
 from fdprof.probe.api import key, name, obj
-from fdprof.probe.recorder import CHUNK, MAX_PAYLOAD, open_recorder
+from fdprof.probe.sdk.recorder import CHUNK, MAX_PAYLOAD, open_recorder
 
 
 def write_fixed_sequence(rec) -> None:

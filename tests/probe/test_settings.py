@@ -8,7 +8,7 @@ import pytest
 from fdprof import probe
 from fdprof import settings as env
 from fdprof.errors import FdprofError
-from fdprof.probe.otel_export import observers_for
+from fdprof.probe.sdk.otel_export import observers_for
 
 
 def test_endpoints_follow_the_specification():

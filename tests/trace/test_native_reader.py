@@ -6,8 +6,8 @@ import pytest
 
 from fdprof import probe
 from fdprof.errors import FdprofError
-from fdprof.probe import records as R
-from fdprof.probe.recorder import open_recorder
+from fdprof.formats import records as R
+from fdprof.probe.sdk.recorder import open_recorder
 from fdprof.trace import load
 from fdprof.trace.native import RUN_FORMAT
 

@@ -6,7 +6,7 @@ recorded, and the hot path makes no system call. The file grows in chunks; a rec
 straddles a chunk, and a zero kind byte means "rest of this chunk unused". A record's payload
 is written before its header, so a reader tailing the live file never sees half a record.
 
-This is the pure-Python twin of the C extension ``fdprof.probe._recorder`` (same format, same
+This is the pure-Python twin of the C extension ``fdprof.probe.sdk._recorder`` (same format, same
 methods, same tests); :func:`open_recorder` picks one. Besides the low-level record writers,
 both offer the handle methods (``begin``/``end``/``span``/``set_*``/``release``/``acquire``)
 that :class:`fdprof.probe.api.Probe` binds directly when the recorder is its only sink.
@@ -24,8 +24,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from fdprof import files, settings
-from fdprof.probe import records as R
-from fdprof.probe.records import CHUNK
+from fdprof.formats import records as R
+from fdprof.formats.records import CHUNK
 
 #: span ids are unique per run: ``pid << PID_SHIFT | counter``
 PID_SHIFT = 40
@@ -270,7 +270,7 @@ def open_recorder(path: str | os.PathLike, role: str, dp_rank: int = -1, tp_rank
     mode = settings.file_mode()
     if not settings.python_recorder():
         try:
-            from fdprof.probe._recorder import Recorder as CRecorder
+            from fdprof.probe.sdk._recorder import Recorder as CRecorder
         except ImportError:
             pass
         else:

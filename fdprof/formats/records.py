@@ -162,7 +162,7 @@ def iter_records(
     STRING fields are ``(id, text)``; ATTR_INTS fields are ``(span_id, key_id, values)``.
     Stops at the end of the data or at a record cut short, so a file still being written, or
     one whose writer was killed, reads up to its last complete record. A zero kind is the unused
-    tail of a chunk (see :mod:`fdprof.probe.recorder`): reading resumes at the next chunk.
+    tail of a chunk (see :mod:`fdprof.probe.sdk.recorder`): reading resumes at the next chunk.
     ``offset`` None: after the file's header.
     """
     if offset is None:
@@ -197,7 +197,7 @@ def iter_records(
 def record_offsets(data: bytes, start: int | None = None) -> np.ndarray:
     """Offsets (int64) of the complete records of ``data``, framed as :func:`iter_records`
     frames them (``start`` None: after the file's header). The walk is serial (records vary in
-    length), so it runs in C (``fdprof.probe._records``) where that is built; this loop is its
+    length), so it runs in C (``fdprof.formats._records``) where that is built; this loop is its
     reference twin."""
     if start is None:
         start = records_start(data)
@@ -224,6 +224,6 @@ def _python_offsets(data: bytes, start: int) -> np.ndarray:
 
 
 try:
-    from fdprof.probe._records import offsets as _c_offsets
+    from fdprof.formats._records import offsets as _c_offsets
 except ImportError:  # a source checkout not built: the Python walk, same result
     _c_offsets = None

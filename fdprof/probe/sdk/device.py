@@ -32,10 +32,10 @@ import itertools
 import os
 
 from fdprof import semconv as S
+from fdprof.formats import records as R
 from fdprof.probe import api
-from fdprof.probe import records as R
 from fdprof.probe.api import Name, Obj, Probe
-from fdprof.probe.recorder import PID_SHIFT
+from fdprof.probe.sdk.recorder import PID_SHIFT
 
 #: device span ids are ``pid << PID_SHIFT | DEVICE_SPAN_BIT | n``: unique per run, and apart
 #: from the ids the recorder hands out (it counts from 1 below this bit)

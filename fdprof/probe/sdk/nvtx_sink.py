@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import threading
 
-from fdprof.probe import records as R
+from fdprof.formats import records as R
 
 DOMAIN = "fdprof"
 SYNC_CATEGORY = "sync"

@@ -20,7 +20,7 @@ same spans either way (a test checks it against a real OTLP/HTTP receiver):
 
 Spans keep the probe's own 64-bit ids, so a ``traceparent`` sent in a queue message, an NVTX
 payload and the exported span all name the same span. Times are the recorded monotonic times
-on the epoch, by the reader's own rule (:func:`fdprof.probe.records.epoch_offsets`).
+on the epoch, by the reader's own rule (:func:`fdprof.formats.records.epoch_offsets`).
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from fdprof import semconv as S
-from fdprof.probe import records as R
+from fdprof.formats import records as R
 
 #: the instrumentation scope (name, version) of every span fdprof makes (live or replayed)
 SCOPE = ("fdprof", "1")
@@ -106,7 +106,7 @@ class Event(NamedTuple):
 
 class SpanData(NamedTuple):
     """One finished span as both exports hand it on (ids unsigned 64-bit, times epoch ns);
-    :func:`fdprof.probe.otel_sink.readable` makes the SDK's span of it, the OTLP JSON writer
+    :func:`fdprof.probe.sdk.otel_sink.readable` makes the SDK's span of it, the OTLP JSON writer
     its line. No OpenTelemetry type: the trace model adapts to it without the SDK."""
 
     name: str
