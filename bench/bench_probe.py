@@ -51,7 +51,7 @@ def micro(mode: str, out_dir: str) -> float:
     p = probe.configure(config, "worker")
     name, k_int, k_ints = probe.name("swap", "swap"), probe.key("i"), probe.key("kv.gpu_read")
     if mode.startswith("nvtx-capture"):
-        assert p._nvtx is not None, "NVTX capture library not attached"
+        assert p.nvtx is not None, "NVTX capture library not attached"
 
     def ctx_round():
         for i in range(SPANS):

@@ -26,7 +26,7 @@ from fdprof.analysis.hazards import find_hazards
 from fdprof.analysis.predict import predict_races
 from fdprof.analysis.whatif import what_if_drop_lock
 from fdprof.errors import FdprofError
-from fdprof.probe.run_manifest import MANIFEST
+from fdprof.formats.rundir import MANIFEST
 from fdprof.trace import load, save
 from fdprof.trace.model import Trace
 

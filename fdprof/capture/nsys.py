@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from fdprof.errors import FdprofError
+from fdprof.formats.rundir import MANIFEST
 
 #: set to "1" in the environment of the run that ``--nsys`` starts under nsys
 INNER_ENV = "FDPROF_NSYS"
@@ -65,7 +66,7 @@ def run_under_nsys(argv: list[str], run_dir: Path, json_out: bool) -> int:
     if not export.exists():
         raise FdprofError(f"nsys wrote no SQLite export ({export}); its exit status was {rc}")
     summary = join_summary(export, run_dir)
-    manifest = run_dir / "run.json"
+    manifest = run_dir / MANIFEST
     data = json.loads(manifest.read_text())
     data["nsys"] = summary
     manifest.write_text(json.dumps(data, indent=2))

@@ -26,7 +26,7 @@ EXIT_CODES = """exit codes:
   3  --require-gain X not met (only when safe: 2 > 1 > 3 > 0)
 
 any engine: each run of CMD gets its own directory in FDPROF_RUN_DIR (every process calls
-fdprof.probe.configure_from_env) and its pair index in FDPROF_AB_PAIR (0, 1, ...: seed the
+fdprof.probe.sdk.configure_from_env) and its pair index in FDPROF_AB_PAIR (0, 1, ...: seed the
 workload with it, so pairs match); its stdout and stderr go to RUN_DIR/stdout.log, stderr.log.
 """
 

@@ -38,9 +38,9 @@ from fdprof.engine.results import (
 )
 from fdprof.engine.workloads import sized_for_workload
 from fdprof.errors import FdprofError
+from fdprof.formats.rundir import MANIFEST, write_run_manifest
 from fdprof.probe import ProbeConfig
 
-RUN_FORMAT = "fdprof-run/1"
 STOP_GRACE_S = 3.0
 #: how long processes that reported "done" get to exit by themselves (torch's exit alone takes
 #: seconds on a loaded machine) before they are stopped like the rest
@@ -190,12 +190,6 @@ class _Group:
         gc.collect()
 
 
-def _write_manifest(run_dir: Path, **fields) -> None:
-    files.write_atomic(
-        run_dir / "run.json", json.dumps({"format": RUN_FORMAT, **fields}, indent=2) + "\n"
-    )
-
-
 def _create_shared(cfg: EngineConfig, paths: RunPaths) -> Control:
     control = Control(paths.control, cfg.dp, create=True)
     for rank in range(cfg.dp):
@@ -273,9 +267,9 @@ def run_engine(
 
 
 def _rewrite_results(run_dir: Path, results: RunResults) -> None:
-    manifest = json.loads((run_dir / "run.json").read_text())
+    manifest = json.loads((run_dir / MANIFEST).read_text())
     manifest.pop("format", None)
-    _write_manifest(run_dir, **{**manifest, "results": results.to_json()})
+    write_run_manifest(run_dir, **{**manifest, "results": results.to_json()})
 
 
 def _run(
@@ -301,7 +295,7 @@ def _run(
         group = _Group(cfg)
         group.start(probe_config, paths, env or {})
         manifest["processes"] = group.describe()
-        _write_manifest(run_dir, status="running", **manifest)
+        write_run_manifest(run_dir, status="running", **manifest)
         while len(group.ready) < len(group.procs):
             group.poll(0.05)
         for obs in observers:
@@ -337,7 +331,7 @@ def _run(
     finally:
         with interrupts.shielded():  # a second Ctrl-C or SIGTERM waits for the cleanup
             _clean_up(group, cfg, paths, started, manifest)
-            _write_manifest(run_dir, status=status, **{**manifest, "error": error})
+            write_run_manifest(run_dir, status=status, **{**manifest, "error": error})
 
 
 def _clean_up(

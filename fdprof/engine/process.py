@@ -13,10 +13,9 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from fdprof import probe
 from fdprof.engine.config import EngineConfig
 from fdprof.engine.ipc import Control, RunPaths, Stopped, stop_this_process
-from fdprof.probe import ProbeConfig
+from fdprof.probe import ProbeConfig, sdk
 
 #: role -> module whose ``serve(ctx)`` is the process's main loop (it returns its statistics)
 ROLES = {
@@ -109,7 +108,7 @@ def child_main(role: str, ctx: ProcessContext) -> None:
     SIGTERM (the supervisor's, or one sent to the whole process group) stops it cleanly."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, stop_this_process)
-    probe.configure(ctx.probe_config, role, ctx.rank, ctx.tp_rank)
+    sdk.configure(ctx.probe_config, role, ctx.rank, ctx.tp_rank)
     try:
         stats = importlib.import_module(ROLES[role]).serve(ctx)
         ctx.report("done", role, stats)
@@ -124,6 +123,6 @@ def child_main(role: str, ctx: ProcessContext) -> None:
         ctx.report("error", role, f"{type(exc).__name__}: {exc}{where}")
         ctx.report_q.close()
         ctx.report_q.join_thread()  # the message must leave before os._exit
-        probe.shutdown()
+        sdk.shutdown()
         os._exit(1)
-    probe.shutdown()
+    sdk.shutdown()

@@ -21,6 +21,11 @@ from typing import NamedTuple
 import numpy as np
 
 MAGIC = b"FDPROF2\n"
+#: span ids are unique per run: ``pid << PID_SHIFT | counter`` (the recorder counts from 1)
+PID_SHIFT = 40
+#: device span ids are ``pid << PID_SHIFT | DEVICE_SPAN_BIT | n``: unique per run, and apart
+#: from the ids the recorder hands out (it counts from 1 below this bit)
+DEVICE_SPAN_BIT = 1 << (PID_SHIFT - 1)
 #: files grow in chunks of this size; a record never straddles two
 CHUNK = 1 << 20
 #: magic, pid, clock anchor (monotonic ns, epoch ns), role string (utf-8, 32 bytes, NUL

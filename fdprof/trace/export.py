@@ -1,11 +1,11 @@
-"""A loaded trace as OpenTelemetry spans, and its replay to a collector over OTLP/HTTP.
+"""A loaded trace as OpenTelemetry spans.
 
 :class:`OtelView` is the one adapter from the trace model to OpenTelemetry spans: ``fdprof
-export-otlp`` sends its spans through the SDK's batch processor and OTLP exporter
-(:mod:`fdprof.probe.sdk.otel_sink`), and the OTLP JSON writer (:mod:`fdprof.trace.otlp`) writes
-them, with the markers that make the file lossless. Its rules are the live export's
-(:mod:`fdprof.probe.sdk.otel_spans`), so a replayed run and a live one send the same spans: the
-same ids, parents, trace ids, resources and attributes. Spans keep their recorded times.
+export-otlp`` replays its spans to a collector (:func:`fdprof.probe.sdk.otel_replay.replay`),
+and the OTLP JSON writer (:mod:`fdprof.trace.otlp`) writes them, with the markers that make the
+file lossless. Its rules are the live export's (:mod:`fdprof.formats.otel`), so a replayed run
+and a live one send the same spans: the same ids, parents, trace ids, resources and attributes.
+Spans keep their recorded times.
 
 A trace read from OTLP keeps what its file said about itself: each process's resource
 (``service.name`` and all), and span kinds, scopes and statuses (attributes ``span.kind``,
@@ -14,18 +14,14 @@ A trace read from OTLP keeps what its file said about itself: each process's res
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from fdprof import semconv as S
-from fdprof import settings as env
-from fdprof.errors import FdprofError
-from fdprof.probe.sdk.otel_spans import (
+from fdprof.formats.otel import (
     MASK64,
     OTLP_KINDS,
     OTLP_STATUS,
@@ -36,13 +32,12 @@ from fdprof.probe.sdk.otel_spans import (
     run_attributes,
     sync_event,
 )
-from fdprof.probe.sdk.recorder import PID_SHIFT
+from fdprof.formats.records import PID_SHIFT
 from fdprof.trace import conventions as C
 from fdprof.trace.chrome import SPAN_LANE, SPAN_ROLE
 from fdprof.trace.model import Trace, rows
 from fdprof.trace.otlp import CARRIER, CARRIER_NAME, SYNC_SPAN, SYNTHETIC_TRACE, UNENDED
 
-DEFAULT_ENDPOINT = "http://localhost:4318"
 #: the model's attributes that are OTLP fields, not span attributes
 _FIELDS = (
     C.LINKS,
@@ -65,7 +60,7 @@ def _first_positions(ids: np.ndarray, wanted: np.ndarray) -> np.ndarray:
 
 
 class OtelView:
-    """``trace``'s spans as OpenTelemetry spans (:class:`~fdprof.probe.sdk.otel_spans.SpanData`, no
+    """``trace``'s spans as OpenTelemetry spans (:class:`~fdprof.formats.otel.SpanData`, no
     SDK needed), in process order, and each process's resource attributes. ``lossless`` adds
     what only a file needs to be read back as it was: spans that never ended (marked), sync
     events with their thread and lane, and carrier spans for sync events that belong to no
@@ -252,41 +247,3 @@ def _span_data(name, trace, sid, parent, remote, start, end, attrs, events, fiel
     kind = kind if kind in OTLP_KINDS and kind != "internal" else None
     return SpanData(name, trace, sid & MASK64, parent & MASK64, remote, start, end, attrs,
                     events, links, kind, status, scope)  # fmt: skip
-
-
-@dataclass(frozen=True)
-class Exported:
-    url: str
-    #: spans offered, and delivered (the collector said so)
-    spans: int
-    delivered: int
-    #: spans left out because they never ended (a process was killed)
-    unended: int
-
-
-def export(trace: Trace, endpoint: str | None = None, timeout: float | None = None) -> Exported:
-    """Send every span of ``trace`` through the SDK's batch processor and OTLP exporter
-    (retries and backoff are the SDK's); the first batch the exporter gives up on ends the
-    replay, and the spans not delivered are one :class:`FdprofError` naming how many."""
-    from fdprof.probe.sdk.otel_sink import SpanSink, readable, sdk_resource, span_exporter
-
-    settings = env.otel(endpoint, default_endpoint=DEFAULT_ENDPOINT)
-    traces = settings.traces
-    if timeout is not None:
-        traces = dataclasses.replace(traces, timeout_s=timeout)
-    view = OtelView(trace)
-    resources = {pid: sdk_resource(attrs, settings) for pid, attrs in view.attributes.items()}
-    sink = SpanSink(span_exporter(traces), settings)
-    try:
-        for pid, span in view.spans():
-            if sink.failed:
-                break
-            sink.emit(readable(span, resources[pid]), wait=True)
-    finally:
-        delivery = sink.close(flush=True)
-    if delivery.delivered < len(view):
-        raise FdprofError(
-            f"{traces.endpoint}: {len(view) - delivery.delivered} of {len(view)} spans not "
-            f"delivered ({delivery.reason})"
-        )
-    return Exported(traces.endpoint, len(view), delivery.delivered, view.skipped)

@@ -8,9 +8,10 @@ from record to column (:mod:`fdprof.trace.attrs`), never passing through text.
 
 Timestamps are ``time.monotonic_ns()``; each file's header anchors it to the epoch. Processes
 of one run share the host's monotonic clock, so when their anchors agree (within
-:data:`SAME_CLOCK_NS`) one common offset is applied: cross-process order stays exactly as the
-monotonic clock saw it instead of being jittered by each anchor's own measurement error
-(:func:`fdprof.formats.records.epoch_offsets`, the rule the live OpenTelemetry export follows too).
+:data:`fdprof.formats.records.SAME_CLOCK_NS`) one common offset is applied: cross-process order
+stays exactly as the monotonic clock saw it instead of being jittered by each anchor's own
+measurement error (:func:`fdprof.formats.records.epoch_offsets`, the rule the live
+OpenTelemetry export follows too).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ import pyarrow as pa
 
 from fdprof.errors import FdprofError, short
 from fdprof.formats import records as R
-from fdprof.probe.run_manifest import RECORD_NAME
+from fdprof.formats.rundir import MANIFEST, RECORD_NAME, RUN_FORMAT
 from fdprof.trace import attrs as A
 from fdprof.trace import conventions as C
 from fdprof.trace import limits, pyspy
@@ -40,10 +41,6 @@ from fdprof.trace.attrs import AttrsBuilder
 from fdprof.trace.jsonstream import file_kind
 from fdprof.trace.model import TEXT, Trace
 
-MANIFEST = "run.json"
-RUN_FORMAT = "fdprof-run/1"
-#: anchors (epoch - monotonic) closer than this are taken to be one host's clock
-SAME_CLOCK_NS = R.SAME_CLOCK_NS
 MASK64 = (1 << 64) - 1
 
 _NUMPY_CODES = {"B": "u1", "H": "u2", "I": "u4", "Q": "u8", "q": "i8", "d": "f8", "s": "V"}

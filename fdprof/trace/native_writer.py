@@ -17,10 +17,10 @@ import numpy as np
 
 from fdprof.errors import FdprofError
 from fdprof.formats import records as R
+from fdprof.formats.rundir import MANIFEST, RUN_FORMAT, record_file_name
 from fdprof.trace import conventions as C
 from fdprof.trace.attrs import to_json
 from fdprof.trace.model import Trace, rows
-from fdprof.trace.native import MANIFEST, RUN_FORMAT
 
 MASK64 = (1 << 64) - 1
 #: pids and tids are stored in 32 bits; negative ones (a foreign trace's named or synthetic
@@ -158,7 +158,7 @@ def _write_files(trace: Trace, out: Path, files: dict[int, _File], written: list
         role = str(procs.at[pid, "role"]) if pid in procs.index else ""
         rank = int(procs.at[pid, "dp_rank"]) if pid in procs.index else -1
         tp_rank = int(procs.at[pid, "tp_rank"]) if pid in procs.index else -1
-        record = f"{role or 'process'}-{max(rank, 0)}-{pid}.rec"
+        record = record_file_name(role or "process", max(rank, 0), pid)
         written.append(out / record)
         (out / record).write_bytes(b"".join(f.parts))
         name = str(procs.at[pid, "name"]) if pid in procs.index else role

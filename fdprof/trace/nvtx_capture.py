@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from fdprof.errors import FdprofError
+from fdprof.formats.rundir import MANIFEST
 from fdprof.trace import conventions as C
 from fdprof.trace.attrs import Attrs, AttrsBuilder
 from fdprof.trace.model import SCHEMAS, Trace, frame
@@ -110,7 +111,7 @@ def _text(payload: bytes, start: int) -> str:
 def _processes(path: Path) -> dict[int, dict]:
     """``pid -> process entry`` from a ``run.json`` at or above the capture folder."""
     for folder in (path, path.parent, path.parent.parent):
-        manifest = folder / "run.json"
+        manifest = folder / MANIFEST
         if manifest.is_file():
             try:
                 doc = json.loads(manifest.read_text())

@@ -29,7 +29,7 @@ import numpy as np
 
 from fdprof import semconv as S
 from fdprof.errors import FdprofError, short
-from fdprof.probe.sdk.otel_spans import OTLP_KINDS, OTLP_STATUS, SCOPE, SpanData
+from fdprof.formats.otel import OTLP_KINDS, OTLP_STATUS, SCOPE, SpanData
 from fdprof.trace import conventions as C
 from fdprof.trace import limits
 from fdprof.trace.assemble import assemble

@@ -25,7 +25,7 @@ QUEUE = probe.obj("queue:swap")
 
 def _instrumented(run_dir: str, role: str, count: int, how: str) -> None:
     p = probe.configure(probe.ProbeConfig(run_dir=run_dir, nvtx=True), role)
-    assert p._nvtx is not None
+    assert p.nvtx is not None
     for i in range(count):
         with p.span(EXEC if role == "worker" else SWAP) as sid:
             p.set_ints(sid, BLOCKS, [i])
@@ -103,7 +103,7 @@ def test_trim_keeps_every_record(tmp_path):
 
 def _no_tool(out) -> None:
     p = probe.configure(probe.ProbeConfig(nvtx=True), "worker")
-    out.put(p._nvtx is None)
+    out.put(not p.enabled)
 
 
 def test_without_the_library_the_nvtx_sink_is_off():

@@ -16,8 +16,8 @@ from fdprof import probe
 from fdprof.analysis.hazards import find_hazards
 from fdprof.engine.ipc import KvLock, PerThreadKvLock, RunPaths
 from fdprof.formats import records as R
+from fdprof.formats.rundir import write_run_manifest
 from fdprof.probe import ProbeConfig
-from fdprof.probe.run_manifest import write_run_manifest
 from fdprof.trace import load
 
 

@@ -19,7 +19,7 @@ from test_signals import ROOT, TOY, fdprof, serving
 
 from fdprof import files, settings
 from fdprof.errors import FdprofError
-from fdprof.probe.run_manifest import write_run_manifest
+from fdprof.formats.rundir import write_run_manifest
 from fdprof.probe.sdk.recorder import open_recorder
 
 

@@ -17,9 +17,8 @@ from fdprof import semconv as S
 from fdprof.analysis.hazards import find_hazards
 from fdprof.engine.device import CpuDevice
 from fdprof.formats import records as R
+from fdprof.formats.records import DEVICE_SPAN_BIT, PID_SHIFT
 from fdprof.probe import handles as H
-from fdprof.probe.sdk.device import DEVICE_SPAN_BIT
-from fdprof.probe.sdk.recorder import PID_SHIFT
 from fdprof.trace import load
 
 WRITE = probe.name("kernel_write", S.CATEGORY_DEVICE)

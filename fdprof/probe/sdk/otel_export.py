@@ -34,6 +34,7 @@ from fdprof import metric_names as M
 from fdprof import semconv as S
 from fdprof import settings as env
 from fdprof.formats import records as R
+from fdprof.formats.otel import SpanData, process_resource
 from fdprof.probe.config import ProbeConfig
 from fdprof.probe.sdk.otel_metrics import OtelMetrics, Overlap, PromMetrics, observations
 from fdprof.probe.sdk.otel_sink import (
@@ -45,7 +46,7 @@ from fdprof.probe.sdk.otel_sink import (
     sdk_resource,
     span_exporter,
 )
-from fdprof.probe.sdk.otel_spans import SpanBuilder, SpanData, process_resource
+from fdprof.probe.sdk.otel_spans import SpanBuilder
 from fdprof.probe.sdk.tail import RecordTail
 from fdprof.settings import OtelSettings
 

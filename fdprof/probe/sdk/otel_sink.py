@@ -30,7 +30,7 @@ from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
 from fdprof import semconv as S
-from fdprof.probe.sdk.otel_spans import DEFAULT_SERVICE, SpanData
+from fdprof.formats.otel import DEFAULT_SERVICE, SpanData
 from fdprof.settings import OtelSettings, OtlpSignal
 
 log = logging.getLogger(__name__)

@@ -9,7 +9,8 @@ is written before its header, so a reader tailing the live file never sees half 
 This is the pure-Python twin of the C extension ``fdprof.probe.sdk._recorder`` (same format, same
 methods, same tests); :func:`open_recorder` picks one. Besides the low-level record writers,
 both offer the handle methods (``begin``/``end``/``span``/``set_*``/``release``/``acquire``)
-that :class:`fdprof.probe.api.Probe` binds directly when the recorder is its only sink.
+that :class:`fdprof.probe.sdk.recording.RecordingProbe` binds directly when the recorder is
+its only sink.
 """
 
 from __future__ import annotations
@@ -25,14 +26,10 @@ from pathlib import Path
 
 from fdprof import files, settings
 from fdprof.formats import records as R
-from fdprof.formats.records import CHUNK
+from fdprof.formats.records import CHUNK, PID_SHIFT
 
-#: span ids are unique per run: ``pid << PID_SHIFT | counter``
-PID_SHIFT = 40
 #: the record header's u16 length bounds a payload
 MAX_PAYLOAD = 0xFFFF
-#: ``FDPROF_RECORDER=python`` selects this twin even where the C extension is built
-RECORDER_ENV = settings.RECORDER
 
 #: bumped in a forked child: a recorder made before the fork shares the parent's mapping, so
 #: in the child it records nothing (configure() the probe again there)
