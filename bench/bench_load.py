@@ -195,7 +195,9 @@ def write_synthetic(run_dir: Path, spans: int, procs: int = 4) -> None:
             extra += R.RECORD_HEADER.pack(R.Kind.ATTR_INTS, 0, R.ATTR_INTS.size + 16, pid)
             extra += R.ATTR_INTS.pack(sid, 5, 4) + blocks
             extra += R.RECORD_HEADER.pack(R.Kind.SYNC, 0, R.SYNC.size, pid)
-            extra += R.SYNC.pack(sid, 6, R.SyncOp.ACQUIRE, j, 1_700_000_000_000_000_000 + j * 1000)
+            extra += R.SYNC.pack(
+                sid, 6, R.SyncCode.ACQUIRE, j, 1_700_000_000_000_000_000 + j * 1000
+            )
         head = R.pack_header(pid, 0, 0, "worker", -1, -1)
         name = f"worker-{p}-{pid}.rec"
         with open(run_dir / name, "wb") as f:

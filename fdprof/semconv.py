@@ -1,6 +1,6 @@
 """fdprof's vocabulary: span names, attribute keys, sync objects and roles, defined once.
 
-Every layer speaks these names: the engine's probe handles (``fdprof/engine/instrument.py``), the
+Every layer speaks these names: the probe's handles (``fdprof/probe/handles.py``), the
 vLLM adapter, the readers (``fdprof.trace``), the analyses, the reports, the dashboards and the
 OpenTelemetry export. Nothing else spells ``"execute_model"`` or ``"kv.gpu_read"``; a rename
 here is a rename everywhere (as ``fdprof.metric_names`` is for metrics). Plain strings
@@ -235,6 +235,35 @@ def scoped_lane(pid: int, lane: str) -> str:
     if sep and kind in DEVICE_KINDS and "/stream:" in lane:
         return f"{pid}/{lane}"
     return lane
+
+
+# -- markers fdprof's writers put in the files they write, for what a format has no field for,
+#    so fdprof's readers restore the model exactly (Chrome/Perfetto args, OTLP attributes) ---
+#: a span's own ids and its thread where the Chrome writer draws it on another track
+SPAN_ID = "fd.span_id"
+PARENT_ID = "fd.parent_id"
+TRACE_ID = "fd.trace_id"
+TRUE_TID = "fd.tid"
+#: a span's lane and role where the writer could not leave them to a thread or an attribute
+SPAN_LANE = "fd.span_lane"
+SPAN_ROLE = "fd.span_role"
+#: the span a sync event belongs to, where it is carried by another (a Chrome instant, the
+#: OTLP carrier span)
+SYNC_SPAN = "sync.span"
+#: the category of the flow arrows the Chrome writer draws for sync edges (the instants carry
+#: the edges), and the prefix of the sync objects a foreign trace's flows become
+#: (``flow:<cat>``)
+SYNC_FLOW_CATEGORY = "fd.sync"
+FLOW_OBJ_PREFIX = "flow:"
+#: process metadata: the process's name, and whether its clock was anchored to the epoch
+PROCESS_NAME = "fd.process_name"
+ANCHORED = "fd.anchored"
+#: OTLP: a span that never ended, a trace id the writer derived, and the zero-length span per
+#: process (named ``fdprof.syncs``) that carries the sync events of no span
+UNENDED = "fd.unended"
+SYNTHETIC_TRACE = "fd.synthetic_trace"
+SYNC_CARRIER = "fd.sync_carrier"
+SYNC_CARRIER_NAME = "fdprof.syncs"
 
 
 # -- what an OTLP span says beyond its attributes, kept as attributes by the OTLP reader ------

@@ -46,12 +46,14 @@ class Kind(IntEnum):
     ATTR_FLOAT = 5  # payload: span id u64, key id u32, pad u32, value f64
     ATTR_STR = 6  # payload: span id u64, key id u32, value string id u32
     ATTR_INTS = 7  # payload: span id u64, key id u32, count u32, count × i32
-    SYNC = 8  # payload: span id u64, obj id u32, op u32 (SyncOp), seq i64, t i64; flags below
+    SYNC = 8  # payload: span id u64, obj id u32, op u32 (SyncCode), seq i64, t i64; flags below
     THREAD_NAME = 9  # payload: name string id u32
     CONTEXT = 10  # payload: span id u64, trace id 16 bytes, remote span id u64; flags below
 
 
-class SyncOp(IntEnum):
+class SyncCode(IntEnum):
+    """A sync event's op as a SYNC record stores it."""
+
     RELEASE = 1
     ACQUIRE = 2
 

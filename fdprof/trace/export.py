@@ -34,13 +34,11 @@ from fdprof.formats.otel import (
 )
 from fdprof.formats.records import PID_SHIFT
 from fdprof.trace import conventions as C
-from fdprof.trace.chrome import SPAN_LANE, SPAN_ROLE
 from fdprof.trace.model import Trace, rows
-from fdprof.trace.otlp import CARRIER, CARRIER_NAME, SYNC_SPAN, SYNTHETIC_TRACE, UNENDED
 
 #: the model's attributes that are OTLP fields, not span attributes
 _FIELDS = (
-    C.LINKS,
+    S.LINKS,
     S.SPAN_KIND,
     S.OTEL_SCOPE_NAME,
     S.OTEL_SCOPE_VERSION,
@@ -169,9 +167,9 @@ class OtelView:
             if self.lossless:
                 extra[S.THREAD_ID] = tid
                 if lane is not None:
-                    extra[C.LANE] = lane
+                    extra[S.LANE] = lane
                 if not own:
-                    extra.update({SYNC_SPAN: span, S.PROCESS_PID: pid})
+                    extra.update({S.SYNC_SPAN: span, S.PROCESS_PID: pid})
             event = sync_event(op, obj, seq if keyed else None, t, extra)
             (on_span.setdefault(span, []) if own else carried.setdefault(pid, [])).append(event)
         return on_span, carried
@@ -203,15 +201,15 @@ class OtelView:
             thread_name = names.get((pid, tid))
             if thread_name is not None:
                 attrs[S.THREAD_NAME] = thread_name
-            if lane != thread_lanes[i] and C.LANE not in attrs:
-                attrs[SPAN_LANE] = lane
-            if role != role_of.get(pid, role) and C.ROLE not in attrs:
-                attrs[SPAN_ROLE] = role
+            if lane != thread_lanes[i] and S.LANE not in attrs:
+                attrs[S.SPAN_LANE] = lane
+            if role != role_of.get(pid, role) and S.ROLE not in attrs:
+                attrs[S.SPAN_ROLE] = role
             if lossless:
                 if end < 0:
-                    attrs[UNENDED] = True
+                    attrs[S.UNENDED] = True
                 if own_trace[i] is None:
-                    attrs[SYNTHETIC_TRACE] = True
+                    attrs[S.SYNTHETIC_TRACE] = True
             events = events_of.get(sid, [])
             end = max(end, start)
             yield pid, _span_data(name, trace_ids[i], sid, parent, remote[i], start, end, attrs,
@@ -219,8 +217,8 @@ class OtelView:
         for pid, events in carried.items():
             t = events[0].time
             trace_id = root_trace_id(self.instance(pid), 0)
-            attrs = {CARRIER: True, SYNTHETIC_TRACE: True}
-            yield pid, SpanData(CARRIER_NAME, trace_id, 0, 0, False, t, t, attrs, events, [])
+            attrs = {S.SYNC_CARRIER: True, S.SYNTHETIC_TRACE: True}
+            yield pid, SpanData(S.SYNC_CARRIER_NAME, trace_id, 0, 0, False, t, t, attrs, events, [])
 
     def _thread_names(self) -> dict[tuple[int, int], str]:
         names = {}
@@ -235,7 +233,7 @@ def _span_data(name, trace, sid, parent, remote, start, end, attrs, events, fiel
     """A row's span; ``fields`` are the model's attributes that are OTLP fields (links, kind,
     scope, status)."""
     links = [
-        (int(tp.split("-")[1], 16), int(tp.split("-")[2], 16)) for tp in fields.get(C.LINKS) or ()
+        (int(tp.split("-")[1], 16), int(tp.split("-")[2], 16)) for tp in fields.get(S.LINKS) or ()
     ]
     status = None
     if fields.get(S.OTEL_STATUS_CODE) in OTLP_STATUS:

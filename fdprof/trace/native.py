@@ -30,6 +30,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
+from fdprof import semconv as S
 from fdprof.errors import FdprofError, short
 from fdprof.formats import records as R
 from fdprof.formats.rundir import MANIFEST, RECORD_NAME, RUN_FORMAT
@@ -170,14 +171,14 @@ def _decode(path: Path, data: bytearray | None) -> _File | None:
     sync_span, obj, ops, seq, time, sync_tid, sync_flags = columns(
         R.Kind.SYNC, "f0", "f1", "f2", "f3", "f4", "tid", "flags"
     )
-    bad_op = ~np.isin(ops, (R.SyncOp.RELEASE, R.SyncOp.ACQUIRE))
+    bad_op = ~np.isin(ops, (R.SyncCode.RELEASE, R.SyncCode.ACQUIRE))
     if bad_op.any():
         raise FdprofError(
             f"{path}: a sync record's op is {int(ops[bad_op][0])}: should be "
-            f"{R.SyncOp.RELEASE} (release) or {R.SyncOp.ACQUIRE} (acquire)"
+            f"{R.SyncCode.RELEASE} (release) or {R.SyncCode.ACQUIRE} (acquire)"
         )
     out.syncs = {
-        "op": pa.array(["release", "acquire"], TEXT).take(ops - R.SyncOp.RELEASE),
+        "op": pa.array(["release", "acquire"], TEXT).take(ops - R.SyncCode.RELEASE),
         "obj": out.text(obj, "a sync object"),
         "seq": seq,
         "keyed": R.sync_keyed(header.version, sync_flags, seq),
@@ -495,7 +496,7 @@ def _build(trace: Trace, files: list[_File], by_pid: dict[int, dict[str, Any]]) 
         f.attrs.clear()  # the per-file parts, so they are not alive beside the columns
     if links:
         links_array = pa.array([tps for _, tps in links], A.ARROW_TYPES[A.STRS])
-        builder.add(C.LINKS, np.array([sid for sid, _ in links], np.int64), links_array, A.STRS)
+        builder.add(S.LINKS, np.array([sid for sid, _ in links], np.int64), links_array, A.STRS)
     spans = {
         "span_id": span_id,
         "parent_id": parent_id,

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from fdprof import semconv as S
 from fdprof.errors import FdprofError
 from fdprof.formats import records as R
 from fdprof.formats.rundir import MANIFEST, RUN_FORMAT, record_file_name
@@ -63,7 +64,7 @@ class _File:
             type(value) is list
             and value
             and all(type(v) is int and I32[0] <= v <= I32[1] for v in value)
-        ) or (type(value) is list and not value and key in C.KV_KEYS):
+        ) or (type(value) is list and not value and key in S.KV_ACCESS_KEYS):
             ints = np.array(value, dtype="<i4").tobytes()
             self.record(R.Kind.ATTR_INTS, tid, R.ATTR_INTS.pack(span, k, len(value)) + ints)
         else:
@@ -121,7 +122,7 @@ def _records(trace: Trace) -> dict[int, _File]:
         )
         own = attr_groups.get(sid, {})
         for key, value in own.items():
-            if key == C.LINKS:
+            if key == S.LINKS:
                 for tp in value:
                     _, trace_hex, span_hex, _ = tp.split("-")
                     payload = R.CONTEXT.pack(
@@ -130,16 +131,16 @@ def _records(trace: Trace) -> dict[int, _File]:
                     f.record(R.Kind.CONTEXT, tid, payload, R.CONTEXT_LINK)
             else:
                 f.attr(tid, sid, key, value)
-        if lane != lanes[i] and C.LANE not in own:
-            f.attr(tid, sid, C.LANE, lane)
-        if pid in role_of and role != role_of[pid] and C.ROLE not in own:
-            f.attr(tid, sid, C.ROLE, role)
+        if lane != lanes[i] and S.LANE not in own:
+            f.attr(tid, sid, S.LANE, lane)
+        if pid in role_of and role != role_of[pid] and S.ROLE not in own:
+            f.attr(tid, sid, S.ROLE, role)
         if trace_ids[i] is not None:
             payload = R.CONTEXT.pack(sid & MASK64, bytes.fromhex(trace_ids[i]), parent & MASK64)
             f.record(R.Kind.CONTEXT, tid, payload, R.CONTEXT_PARENT)
         if end >= 0:
             f.record(R.Kind.SPAN_END, tid, R.SPAN_END.pack(sid & MASK64, end))
-    ops = {"release": R.SyncOp.RELEASE, "acquire": R.SyncOp.ACQUIRE}
+    ops = {"release": R.SyncCode.RELEASE, "acquire": R.SyncCode.ACQUIRE}
     sync_cols = ["op", "obj", "seq", "keyed", "time", "pid", "tid", "span_id"]
     for op, obj, seq, keyed, t, pid, tid, span in rows(trace.syncs, sync_cols):
         f = file_of(pid)

@@ -104,4 +104,4 @@ def test_a_native_sync_record_with_an_unknown_op_names_it(tmp_path):
     rec.close()
     rc, lines = _run(["hazards", str(tmp_path)])
     assert rc == 2 and len(lines) == 1 and "op is 7" in lines[0], lines
-    assert R.SyncOp.RELEASE == 1
+    assert R.SyncCode.RELEASE == 1

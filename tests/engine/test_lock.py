@@ -165,7 +165,7 @@ def test_each_hold_is_recorded_and_the_detector_sees_which_lock_excludes(tmp_pat
         if kind == R.Kind.STRING:
             strings[fields[0]] = fields[1]
         elif kind == R.Kind.SYNC and strings[fields[1]] == "lock:kv/dp0":
-            events.append((fields[4], R.SyncOp(fields[2]).name.lower(), tid))
+            events.append((fields[4], R.SyncCode(fields[2]).name.lower(), tid))
     ops = [(op, tid) for _, op, tid in sorted(events)]
     ta, tb = ops[0][1], ops[-1][1]
     assert ta != tb

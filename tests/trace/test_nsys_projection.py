@@ -203,17 +203,17 @@ def _locked_run(run_dir) -> dict[str, int]:
         with lock:
             p.acquire(lock_obj)
             with p.span(H.EXECUTE_MODEL) as sid:
-                p.set_ints(sid, H.GPU_WRITE, [5])
+                p.set_ints(sid, H.KV_GPU_WRITE, [5])
                 ids["host"] = sid
                 ids["device"] = stream.launch(probe.name("copy", "device"), lambda: None)
-                p.set_ints(ids["device"], H.CPU_WRITE, [9])
+                p.set_ints(ids["device"], H.KV_CPU_WRITE, [9])
             p.release(lock_obj)
 
     def transfer():
         with lock:
             p.acquire(lock_obj)
             with p.span(H.SWAP) as sid:
-                p.set_ints(sid, H.GPU_READ, [5])
+                p.set_ints(sid, H.KV_GPU_READ, [5])
                 ids["reader"] = sid
             p.release(lock_obj)
 

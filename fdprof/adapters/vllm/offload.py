@@ -122,19 +122,19 @@ class HostCopyWorker(OffloadingWorker):
         t0 = time.perf_counter()
         with p.span(H.SWAP) as sid:
             p.set_str(sid, H.ROLE, S.ROLE_TRANSFER)
-            p.set_int(sid, H.TASK_ID, job.job_id)
-            p.set_str(sid, H.DIRECTION, job.direction)
-            p.set_int(sid, H.BLOCKS, len(job.gpu_blocks))
+            p.set_int(sid, H.SWAP_TASK_ID, job.job_id)
+            p.set_str(sid, H.SWAP_DIRECTION, job.direction)
+            p.set_int(sid, H.SWAP_BLOCKS, len(job.gpu_blocks))
             gpu = torch.from_numpy(job.gpu_blocks.astype(np.int64))
             cpu = torch.from_numpy(job.cpu_blocks.astype(np.int64))
             if job.direction == S.TO_CPU:
-                p.set_ints(sid, H.GPU_READ, job.gpu_blocks.tolist())
-                p.set_ints(sid, H.CPU_WRITE, job.cpu_blocks.tolist())
+                p.set_ints(sid, H.KV_GPU_READ, job.gpu_blocks.tolist())
+                p.set_ints(sid, H.KV_CPU_WRITE, job.cpu_blocks.tolist())
                 for dev, host in zip(self._device, self._host, strict=True):
                     host.index_copy_(0, cpu, dev.index_select(0, gpu))
             else:
-                p.set_ints(sid, H.CPU_READ, job.cpu_blocks.tolist())
-                p.set_ints(sid, H.GPU_WRITE, job.gpu_blocks.tolist())
+                p.set_ints(sid, H.KV_CPU_READ, job.cpu_blocks.tolist())
+                p.set_ints(sid, H.KV_GPU_WRITE, job.gpu_blocks.tolist())
                 for dev, host in zip(self._device, self._host, strict=True):
                     dev.index_copy_(0, gpu, host.index_select(0, cpu))
         # after the span: what the span did is before the release (the detector's epochs)

@@ -46,7 +46,7 @@ def _new_id_counter() -> itertools.count:
 
 #: this process's device span ids (started again in a forked child: its pid is another)
 _ids = _new_id_counter()
-_RELEASE, _ACQUIRE = int(R.SyncOp.RELEASE), int(R.SyncOp.ACQUIRE)
+_RELEASE, _ACQUIRE = int(R.SyncCode.RELEASE), int(R.SyncCode.ACQUIRE)
 
 
 def _after_fork_in_child() -> None:

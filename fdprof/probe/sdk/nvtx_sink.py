@@ -18,7 +18,7 @@ from fdprof.formats import records as R
 
 DOMAIN = "fdprof"
 SYNC_CATEGORY = "sync"
-_OPS = {R.SyncOp.RELEASE: "release", R.SyncOp.ACQUIRE: "acquire"}
+_OPS = {R.SyncCode.RELEASE: "release", R.SyncCode.ACQUIRE: "acquire"}
 
 
 class NvtxSink:

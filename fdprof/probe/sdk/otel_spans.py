@@ -12,7 +12,7 @@ from fdprof import semconv as S
 from fdprof.formats import records as R
 from fdprof.formats.otel import MASK64, SpanData, root_trace_id, sync_event
 
-_OPS = {R.SyncOp.RELEASE: S.RELEASE, R.SyncOp.ACQUIRE: S.ACQUIRE}
+_OPS = {R.SyncCode.RELEASE: S.RELEASE, R.SyncCode.ACQUIRE: S.ACQUIRE}
 #: finished spans whose trace ids are remembered for children that end after their parent
 _REMEMBERED = 65536
 

@@ -199,10 +199,10 @@ class Recorder:
 
     def release(self, obj, seq: int | None = None, sid: int = 0) -> None:
         """Release ``obj``; with a ``seq`` only the acquire of that seq pairs with it."""
-        self._sync_now(R.SyncOp.RELEASE, obj, seq, sid)
+        self._sync_now(R.SyncCode.RELEASE, obj, seq, sid)
 
     def acquire(self, obj, seq: int | None = None, sid: int = 0) -> None:
-        self._sync_now(R.SyncOp.ACQUIRE, obj, seq, sid)
+        self._sync_now(R.SyncCode.ACQUIRE, obj, seq, sid)
 
     def _sync_now(self, op: int, obj, seq: int | None, sid: int) -> None:
         keyed = seq is not None

@@ -75,12 +75,12 @@ class RecordingProbe(Probe):
     def release(self, o: Obj, seq: int | None = None, sid: int = 0) -> None:
         if self.recorder is not None:
             self.recorder.release(o, seq, sid)
-        self.nvtx.sync(o, R.SyncOp.RELEASE, seq)
+        self.nvtx.sync(o, R.SyncCode.RELEASE, seq)
 
     def acquire(self, o: Obj, seq: int | None = None, sid: int = 0) -> None:
         if self.recorder is not None:
             self.recorder.acquire(o, seq, sid)
-        self.nvtx.sync(o, R.SyncOp.ACQUIRE, seq)
+        self.nvtx.sync(o, R.SyncCode.ACQUIRE, seq)
 
     def link_context(self, sid: int, traceparent: str, link: bool = False) -> None:
         if self.recorder is not None and traceparent:
