@@ -60,7 +60,7 @@ class CommandArm:
 
     def run(self, run_dir: Path, pair: int) -> None:
         files.make_dir(run_dir)
-        env = {**os.environ, settings.RUN_DIR: str(run_dir), settings.AB_PAIR: str(pair)}
+        env = settings.child_env({settings.RUN_DIR: str(run_dir), settings.AB_PAIR: str(pair)})
         with files.open_new(run_dir / "stdout.log") as out, \
                 files.open_new(run_dir / "stderr.log") as err:  # fmt: skip
             try:

@@ -20,7 +20,7 @@ import pandas as pd
 
 from fdprof import semconv as S
 from fdprof.analysis import python_time
-from fdprof.analysis.breakdown import DEVICE_PARTS, device_breakdown, step_breakdown
+from fdprof.analysis.breakdown import DEVICE_PARTS, Part, device_breakdown, step_breakdown
 from fdprof.analysis.device_time import device_overlap, host_overlap
 from fdprof.analysis.hazards import find_hazards
 from fdprof.analysis.predict import predict_races
@@ -34,10 +34,10 @@ from fdprof.trace.model import Trace
 UNITS = ("requests/s", "tokens/s", "steps/s")
 #: span names drawn in the timeline excerpt, one lane each, with the part each one paints
 TIMELINE_SPANS = {
-    S.EXECUTE_MODEL: "compute",
-    S.ISSUE_SWAP_TASK: "swap_blocking",
-    S.SWAP: "swap_blocking",
-    S.LOCK_WAIT: "lock_wait",
+    S.EXECUTE_MODEL: Part.COMPUTE,
+    S.ISSUE_SWAP_TASK: Part.SWAP_BLOCKING,
+    S.SWAP: Part.SWAP_BLOCKING,
+    S.LOCK_WAIT: Part.LOCK_WAIT,
 }
 TIMELINE_WINDOW_NS = 400_000_000
 #: a run whose manifest says this did not finish

@@ -191,7 +191,7 @@ def prepare(trace: Trace, drop_objects: Iterable[str] = ()) -> Prepared:
         keep = ~objs.map(lambda o: any(fnmatch.fnmatchcase(o, p) for p in dropped)).astype(bool)
         syncs = syncs[keep.to_numpy()]
     syncs = syncs.reset_index(drop=True)
-    bad = ~syncs["op"].isin(["release", "acquire"])
+    bad = ~syncs["op"].isin(list(S.SyncOp))
     if bad.any():
         raise FdprofError(f"sync op {syncs['op'][bad].iloc[0]!r} is neither release nor acquire")
     ranks = process_ranks(trace)
@@ -311,7 +311,7 @@ def _scoped_objects(syncs: pd.DataFrame, groups: dict[int, int]) -> pd.DataFrame
         return syncs
     obj = syncs["obj"].astype(str).to_numpy(dtype=object)
     pid = syncs["pid"].to_numpy(np.int64)
-    mutex = np.array([o.startswith("mutex:") for o in obj.tolist()], dtype=bool)
+    mutex = np.array([o.startswith(S.MUTEX_PREFIX) for o in obj.tolist()], dtype=bool)
     scoped = obj.copy()
     if mutex.any():
         scoped[mutex] = [f"{o}@pid{p}" for o, p in zip(obj[mutex], pid[mutex], strict=True)]
@@ -344,7 +344,7 @@ def pair_syncs(syncs: pd.DataFrame) -> tuple[np.ndarray, list[dict[str, Any]]]:
     seq = syncs["seq"].to_numpy(np.int64)
     keyed = syncs["keyed"].to_numpy(bool)
     time = syncs["time"].to_numpy(np.int64)
-    is_rel = (syncs["op"] == "release").to_numpy(bool)
+    is_rel = (syncs["op"] == S.SyncOp.RELEASE).to_numpy(bool)
     obj_code = pd.factorize(obj)[0].astype(np.int64)
     # every event in pairing order: (object, keyed, seq), then time, releases before the
     # acquires of their instant, then row
@@ -397,7 +397,7 @@ class _LaneClocks:
         n = len(syncs)
         lane = lanes.get_indexer(syncs["lane"].astype(str)) if n else np.empty(0, int)
         time = syncs["time"].to_numpy(np.int64)
-        is_rel = (syncs["op"] == "release").to_numpy(bool)
+        is_rel = (syncs["op"] == S.SyncOp.RELEASE).to_numpy(bool)
         order = np.lexsort((np.arange(n), time, lane))
         bounds = np.searchsorted(lane[order], np.arange(k + 1))
         lane_rows = [order[bounds[i] : bounds[i + 1]] for i in range(k)]

@@ -45,7 +45,7 @@ def lock_holds(syncs: pd.DataFrame) -> pd.DataFrame:
     obj = syncs["obj"].astype(str).to_numpy(dtype=object)[rows]
     lane = syncs["lane"].astype(str).to_numpy(dtype=object)[rows]
     time = syncs["time"].to_numpy(np.int64)[rows]
-    is_acq = (syncs["op"] == "acquire").to_numpy(bool)[rows]
+    is_acq = (syncs["op"] == S.SyncOp.ACQUIRE).to_numpy(bool)[rows]
     obj_code = pd.factorize(obj)[0]
     lane_code = pd.factorize(lane)[0]
     order = np.lexsort((rows, time, lane_code, obj_code))

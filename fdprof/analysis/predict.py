@@ -78,7 +78,7 @@ class WcpClocks:
         n = len(syncs)
         hb = p.clocks
         self.release_times = hb.release_times
-        is_rel = (syncs["op"] == "release").to_numpy(bool)
+        is_rel = (syncs["op"] == S.SyncOp.RELEASE).to_numpy(bool)
         is_lock = lock_rows_mask(syncs) if n else np.zeros(0, bool)
         lane = p.lanes.get_indexer(syncs["lane"].astype(str)) if n else np.empty(0, np.int64)
         time = syncs["time"].to_numpy(np.int64)

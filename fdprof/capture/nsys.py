@@ -16,25 +16,18 @@ RUN/nsys/report.sqlite --join RUN`` (or ``diff``/``convert`` likewise).
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
+from fdprof import settings
 from fdprof.errors import FdprofError
 from fdprof.formats.rundir import MANIFEST
 
-#: set to "1" in the environment of the run that ``--nsys`` starts under nsys
-INNER_ENV = "FDPROF_NSYS"
 TRACES = "cuda,nvtx,osrt"
 REPORT = Path("nsys") / "report"
-
-
-def inside_nsys() -> bool:
-    """Whether this process is the run ``--nsys`` started under nsys."""
-    return os.environ.get(INNER_ENV) == "1"
 
 
 def nsys_executable() -> str:
@@ -59,7 +52,7 @@ def run_under_nsys(argv: list[str], run_dir: Path, json_out: bool) -> int:
     nsys = nsys_executable()
     (run_dir / REPORT).parent.mkdir(parents=True, exist_ok=True)
     inner = [sys.executable, "-m", "fdprof", *(a for a in argv if a != "--nsys")]
-    env = {**os.environ, INNER_ENV: "1"}
+    env = settings.child_env({settings.NSYS_INNER: "1"})
     out = sys.stderr if json_out else None
     rc = subprocess.run(profile_command(nsys, run_dir, inner), env=env, stdout=out).returncode
     export = (run_dir / REPORT).with_suffix(".sqlite")

@@ -16,6 +16,7 @@ from fdprof.cli._engine_options import (
 )
 from fdprof.cli._report_options import add_report_arguments, emit
 from fdprof.errors import FdprofError
+from fdprof.semconv import LockMode
 
 EXIT_CODES = """exit codes:
   0  safe: no race, no latent race, no integrity mismatch in any run of either mode
@@ -84,7 +85,7 @@ def arms(args: argparse.Namespace):
     if args.baseline is None:
         if args.names is not None:
             raise FdprofError("--names names the commands of --baseline/--candidate")
-        return lock_arms(engine_config(args, kv_lock="none"), capture_plan(args))
+        return lock_arms(engine_config(args, kv_lock=LockMode.NONE), capture_plan(args))
     names = args.names or ("baseline", "candidate")
     if names[0] == names[1]:
         raise FdprofError("--names: the two modes need different names")

@@ -198,8 +198,8 @@ class CacheManager:
                     table.append(e.loading_to)
             table.extend(fresh)
         if swap_in:
-            skip_wait = self.cfg.fault == "no-wait-swap-in"
-            is_sync = self.cfg.swap_in == "sync" and not skip_wait
+            skip_wait = self.cfg.fault == S.Fault.NO_WAIT_SWAP_IN
+            is_sync = self.cfg.swap_in == S.SwapIn.SYNC and not skip_wait
             task = self.issue_swap_task(
                 S.TO_GPU,
                 [e.loading_to for e in swap_in],
@@ -309,7 +309,7 @@ class CacheManager:
 
     def evict_once(self) -> bool:
         """One swap-out of up to ``swap_batch`` blocks; False when nothing (more) is needed."""
-        free_early = self.cfg.fault == "free-before-swap-out"
+        free_early = self.cfg.fault == S.Fault.FREE_BEFORE_SWAP_OUT
         with self.mutex:
             deficit = self._want_free - self.gpu.num_free
             victims = self.cache.evictable(min(deficit, self.cfg.swap_batch))

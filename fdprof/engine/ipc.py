@@ -326,7 +326,7 @@ class TracedMutex:
 
     def __init__(self, name: str) -> None:
         self._lock = threading.Lock()
-        self._obj = probe.obj(f"mutex:{name}")
+        self._obj = probe.obj(f"{S.MUTEX_PREFIX}{name}")
 
     def __enter__(self) -> TracedMutex:
         self._lock.acquire()

@@ -22,11 +22,11 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Protocol
 
-from fdprof import files, interrupts
+from fdprof import files, interrupts, settings
 from fdprof import semconv as S
 from fdprof.engine.config import EngineConfig
 from fdprof.engine.ipc import Control, RunPaths, SwapSignal, create_shm_file, remove_stale
-from fdprof.engine.process import GroupQueues, ProcessContext, child_environment, child_main
+from fdprof.engine.process import GroupQueues, ProcessContext, child_main
 from fdprof.engine.reference import REFERENCE_DIR, TOKENS_FILE, compare_tokens, reference_config
 from fdprof.engine.results import (
     EngineStats,
@@ -94,15 +94,15 @@ class _Group:
         """Start every process; each is in :attr:`procs` as soon as it started, so an
         interrupt half-way stops those already running."""
         mp, cfg = self._mp, self.cfg
-        with child_environment(env):
+        with settings.exported(env):
             for rank in range(cfg.dp):
                 queues = GroupQueues.make(mp, cfg.tp)
                 self.queues.append(queues)
                 ctx = ProcessContext(
                     cfg, probe_config, rank, paths, queues, self.report_q, self.go, os.getpid()
                 )
-                members = [("engine", -1)] + [
-                    (role, t) for t in range(cfg.tp) for role in ("transfer", "worker")
+                members = [(S.ROLE_ENGINE, -1)] + [
+                    (role, t) for t in range(cfg.tp) for role in (S.ROLE_TRANSFER, S.ROLE_WORKER)
                 ]
                 for role, t in members:
                     name = f"{role}-{rank}" if cfg.tp == 1 or t < 0 else f"{role}-{rank}.{t}"
@@ -204,7 +204,7 @@ def _create_shared(cfg: EngineConfig, paths: RunPaths) -> Control:
 
 
 def _check_device(device: str) -> None:
-    if device == "cuda":
+    if device == S.DEVICE_CUDA:
         import torch
 
         if not torch.cuda.is_available():
@@ -212,9 +212,9 @@ def _check_device(device: str) -> None:
 
 
 def _results(cfg: EngineConfig, group: _Group, wall_s: float, run_dir: Path) -> RunResults:
-    engines: list[EngineStats] = [v for k, v in group.done.items() if k[0] == "engine"]
-    checkers = [v.integrity for k, v in group.done.items() if k[0] != "engine"]
-    devices = {v["device"] for k, v in group.ready.items() if k[0] == "worker"}
+    engines: list[EngineStats] = [v for k, v in group.done.items() if k[0] == S.ROLE_ENGINE]
+    checkers = [v.integrity for k, v in group.done.items() if k[0] != S.ROLE_ENGINE]
+    devices = {v["device"] for k, v in group.ready.items() if k[0] == S.ROLE_WORKER}
     tokens = sum(e.generated_tokens for e in engines)
     return RunResults(
         kv_lock=cfg.kv_lock,
@@ -309,7 +309,9 @@ def _run(
             if progress is not None and control.finished() != shown:
                 shown = control.finished()
                 progress(shown, cfg.requests)
-            if served_at is None and all(("engine", r, -1) in group.done for r in range(cfg.dp)):
+            if served_at is None and all(
+                (S.ROLE_ENGINE, r, -1) in group.done for r in range(cfg.dp)
+            ):
                 served_at = time.monotonic()
         wall_s = (served_at or time.monotonic()) - t0
         group.join(EXIT_GRACE_S)

@@ -4,24 +4,23 @@ message saying why."""
 
 from __future__ import annotations
 
-import contextlib
 import importlib
 import os
 import signal
 import traceback
-from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from fdprof import semconv as S
 from fdprof.engine.config import EngineConfig
 from fdprof.engine.ipc import Control, RunPaths, Stopped, stop_this_process
 from fdprof.probe import ProbeConfig, sdk
 
 #: role -> module whose ``serve(ctx)`` is the process's main loop (it returns its statistics)
 ROLES = {
-    "engine": "fdprof.engine.server",
-    "transfer": "fdprof.engine.transfer",
-    "worker": "fdprof.engine.worker",
+    S.ROLE_ENGINE: "fdprof.engine.server",
+    S.ROLE_TRANSFER: "fdprof.engine.transfer",
+    S.ROLE_WORKER: "fdprof.engine.worker",
 }
 
 
@@ -85,22 +84,6 @@ class ProcessContext:
 
     def report(self, kind: str, role: str, payload: Any = None) -> None:
         self.report_q.put((kind, role, self.rank, self.tp_rank, payload))
-
-
-@contextlib.contextmanager
-def child_environment(env: Mapping[str, str]) -> Iterator[None]:
-    """``env`` set in this process while children are started inside the block (a spawned child
-    copies ``os.environ`` when it starts), then put back as it was."""
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    try:
-        yield
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 def child_main(role: str, ctx: ProcessContext) -> None:

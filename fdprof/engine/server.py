@@ -99,9 +99,9 @@ def cache_manager_lock(ctx: ProcessContext):
     """The cache manager's side of the baseline lock: ``ipc`` shares one descriptor between its
     threads (as FastDeploy's engine did), ``ipc-per-thread`` gives each thread its own."""
     mode = ctx.cfg.kv_lock
-    if mode == "ipc":
+    if mode == S.LockMode.IPC:
         return KvLock(ctx.paths, ctx.rank, S.ROLE_CACHE_MANAGER)
-    if mode == "ipc-per-thread":
+    if mode == S.LockMode.IPC_PER_THREAD:
         return PerThreadKvLock(ctx.paths, ctx.rank, S.ROLE_CACHE_MANAGER)
     return None
 
@@ -165,7 +165,7 @@ def serve(ctx: ProcessContext) -> EngineStats:
     cache = CacheManager(ctx.cfg, ctx.rank, port, cache_manager_lock(ctx))
     eviction = BackgroundEviction(cache)
     specs = make_requests(ctx.cfg, ctx.rank)
-    ctx.report("ready", "engine")
+    ctx.report("ready", S.ROLE_ENGINE)
     while not ctx.go.wait(0.1):
         if control.stopping:
             raise Stopped

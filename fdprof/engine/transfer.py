@@ -45,13 +45,13 @@ def create_device_cache(ctx: ProcessContext, device: str, ipc: dict | None = Non
     """This rank's device pool, made here and handed to the worker through ``setup_q`` (with
     the interprocess events of ``--device-async`` on CUDA)."""
     shape = ctx.cfg.kv_shape(ctx.cfg.gpu_blocks)
-    if device == "cuda":
-        pool = torch.zeros(shape, device="cuda")
-        ctx.setup_q.put(("cuda", pool, ipc))  # shared over CUDA IPC by torch's reductions
+    if device == S.DEVICE_CUDA:
+        pool = torch.zeros(shape, device=S.DEVICE_CUDA)
+        ctx.setup_q.put((S.DEVICE_CUDA, pool, ipc))  # shared over CUDA IPC by torch's reductions
         return pool
     path = ctx.paths.gpu_pool(ctx.rank, ctx.tp_rank)
     create_shm_file(path, ctx.cfg.pool_bytes(ctx.cfg.gpu_blocks))
-    ctx.setup_q.put(("cpu", str(path), ipc))
+    ctx.setup_q.put((S.DEVICE_CPU, str(path), ipc))
     return map_pool(path, ctx.cfg, ctx.cfg.gpu_blocks)
 
 
@@ -64,7 +64,7 @@ class Transfer:
         staging = ctx.cfg.gpu_blocks if ctx.cfg.device_async else 0
         self.host = host_pool(ctx.cfg, device, staging)
         self.signal = SwapSignal(ctx.paths.signal(ctx.rank, ctx.tp_rank))
-        cuda = device == "cuda"
+        cuda = device == S.DEVICE_CUDA
         #: per direction: its executor (one thread: tasks of a direction run in order), its
         #: stream, and its integrity counts (each touched by that thread only)
         self.executors = {
@@ -107,7 +107,7 @@ class Transfer:
         p = probe.get()
         seq = tp_seq(task.task_id, self.tp_rank)
         p.acquire(H.QUEUE_SWAP, seq)
-        early_ack = self.cfg.fault == "ack-before-copy"
+        early_ack = self.cfg.fault == S.Fault.ACK_BEFORE_COPY
         if early_ack:
             self.signal.set(seq)
         with p.span(H.SWAP) as sid:
@@ -153,7 +153,7 @@ class AsyncCopies:
         self.dev = dev
         self.streams = {d: dev.stream() for d in (S.TO_CPU, S.TO_GPU)}
         #: foreign-stream-write: swap-ins written on a stream of their own
-        self.foreign = dev.stream() if self.cfg.fault == "foreign-stream-write" else None
+        self.foreign = dev.stream() if self.cfg.fault == S.Fault.FOREIGN_STREAM_WRITE else None
         self.compute_done = events[S.COMPUTE_DONE_EVENT]
         self.swapped_in = events[S.SWAP_IN_EVENT]
         self.copied_out = dev.event()
@@ -174,7 +174,7 @@ class AsyncCopies:
         stream = self.streams[task.direction]
         expected = [fp[t.tp_rank] for fp in task.fps]
         if task.direction == S.TO_CPU:
-            if task.after_step and cfg.fault != "store-before-compute-done":
+            if task.after_step and cfg.fault != S.Fault.STORE_BEFORE_COMPUTE_DONE:
                 stream.wait(self.compute_done, task.after_step)
             target, src, read_ids, dst = stream, t.dev, task.gpu_blocks, t.host
             read_key, write_key, written = H.KV_GPU_READ, H.KV_CPU_WRITE, task.cpu_blocks
@@ -220,7 +220,7 @@ class AsyncCopies:
         if n > len(self.staging):
             raise ValueError(f"swap-in of {n} blocks exceeds the staging buffer")
         staged = self.staging[:n]
-        if self.cfg.fault != "reuse-staging-buffer":
+        if self.cfg.fault != S.Fault.REUSE_STAGING_BUFFER:
             self.staging_free.synchronize()
         with p.span(H.SWAP_STAGE, sid) as st:
             p.set_ints(st, H.KV_CPU_READ, task.cpu_blocks)
@@ -274,7 +274,7 @@ def serve(ctx: ProcessContext) -> WorkerStats:
         transfer.copies = AsyncCopies(transfer, dev, shared_events(dev, ctx, ipc))
     p = probe.get()
     p.name_thread("transfer")
-    ctx.report("ready", "transfer", {"device": device, "kv_cache": "owner"})
+    ctx.report("ready", S.ROLE_TRANSFER, {"device": device, "kv_cache": "owner"})
     pending: list[Future] = []
     try:
         while (task := recv(ctx.swap_q, ctx.control)) is not None:

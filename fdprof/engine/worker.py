@@ -46,7 +46,7 @@ def attach_device_cache(ctx: ProcessContext) -> tuple[str, torch.Tensor, dict | 
     """The device, the device pool the transfer process created (it says where) and, on CUDA
     with ``--device-async``, the interprocess events it made."""
     device, where, ipc = recv(ctx.setup_q, ctx.control)
-    if device == "cuda":
+    if device == S.DEVICE_CUDA:
         return device, where, ipc
     return device, map_pool(where, ctx.cfg, ctx.cfg.gpu_blocks), ipc
 
@@ -282,7 +282,7 @@ def serve(ctx: ProcessContext) -> WorkerStats:
         worker = Worker(ctx, device, pool, tp_group, ep_group)
     loop = _Loop(ctx, worker)
     probe.get().name_thread("worker")
-    ctx.report("ready", "worker", {"device": device, "kv_cache": "attached"})
+    ctx.report("ready", S.ROLE_WORKER, {"device": device, "kv_cache": "attached"})
     if ep_group is not None:
         loop.run_in_lockstep(ep_group)
     else:

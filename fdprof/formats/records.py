@@ -20,6 +20,8 @@ from typing import NamedTuple
 
 import numpy as np
 
+from fdprof import semconv as S
+
 MAGIC = b"FDPROF2\n"
 #: span ids are unique per run: ``pid << PID_SHIFT | counter`` (the recorder counts from 1)
 PID_SHIFT = 40
@@ -56,6 +58,10 @@ class SyncCode(IntEnum):
 
     RELEASE = 1
     ACQUIRE = 2
+
+    @property
+    def op(self) -> S.SyncOp:
+        return S.SyncOp[self.name]
 
 
 STRING = struct.Struct("<I")

@@ -9,7 +9,6 @@ content, not by file name. Adding a reader is one line in :data:`READERS`.
 from __future__ import annotations
 
 import gzip
-import os
 import sqlite3
 import struct
 import zlib
@@ -18,6 +17,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
+from fdprof import settings
 from fdprof.errors import FdprofError
 from fdprof.trace import chrome, native, native_writer, nsys, nvtx_capture, otlp, perfetto
 from fdprof.trace.join import join as join_run
@@ -28,7 +28,7 @@ from fdprof.trace.model import Trace
 # Arrow's default allocator (mimalloc) keeps what it frees: at the peak of loading a PyTorch
 # trace it held 30 MiB beyond the 26 MiB of tables loaded (83 MiB against 52 with the system
 # allocator, which gives large frees back). A choice made with ARROW_DEFAULT_MEMORY_POOL stays.
-if "ARROW_DEFAULT_MEMORY_POOL" not in os.environ:
+if not settings.is_set(settings.ARROW_MEMORY_POOL):
     pa.set_memory_pool(pa.system_memory_pool())
 
 Sniff = Callable[[Path, bytes], bool]

@@ -40,7 +40,11 @@ from fdprof.trace.model import PROCESS_LABELS, PROCESS_SORT, THREAD_SORT, Trace,
 DEVICE_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotation"})
 
 _INSTANTS = frozenset("iInR")
-_FLOWS = {"s": ("release",), "t": ("acquire", "release"), "f": ("acquire",)}
+_FLOWS = {
+    "s": (S.SyncOp.RELEASE,),
+    "t": (S.SyncOp.ACQUIRE, S.SyncOp.RELEASE),
+    "f": (S.SyncOp.ACQUIRE,),
+}
 #: how a sync row is bound to a slice: not at all (its lane is given), to the slice enclosing
 #: it on its track, or to the next slice to begin on it (a flow end without ``"bp":"e"``)
 UNBOUND, ENCLOSING, NEXT = 0, 1, 2
@@ -495,8 +499,8 @@ def _device_owners(b: _Builder, syncs: dict[str, np.ndarray], pids: np.ndarray) 
         return {}
     f = pd.DataFrame({"op": syncs["op"][flows], "obj": syncs["obj"][flows],
                       "seq": syncs["seq"][flows], "pid": syncs["pid"][flows]})  # fmt: skip
-    rel = f[f["op"] == "release"].drop_duplicates(["obj", "seq"])
-    acq = f[(f["op"] == "acquire") & f["pid"].isin(devices)]
+    rel = f[f["op"] == S.SyncOp.RELEASE].drop_duplicates(["obj", "seq"])
+    acq = f[(f["op"] == S.SyncOp.ACQUIRE) & f["pid"].isin(devices)]
     pairs = acq.merge(rel, on=["obj", "seq"], suffixes=("_dev", "_host"))
     pairs = pairs[pairs["pid_host"].isin(hosts)]
     if pairs.empty:
@@ -521,7 +525,7 @@ def _bind_flows(spans: dict[str, np.ndarray], syncs: dict[str, np.ndarray]) -> i
     flows = np.flatnonzero(bind != UNBOUND)
     if not len(flows):
         return 0
-    is_acq = syncs["op"][flows] == "acquire"
+    is_acq = syncs["op"][flows] == S.SyncOp.ACQUIRE
     pairs = pd.DataFrame({"obj": syncs["obj"][flows], "seq": syncs["seq"][flows],
                           "acq": is_acq})  # fmt: skip
     ends = pairs.groupby(["obj", "seq"])["acq"].transform("nunique").to_numpy()
@@ -532,7 +536,7 @@ def _bind_flows(spans: dict[str, np.ndarray], syncs: dict[str, np.ndarray]) -> i
             syncs[key] = syncs[key][keep]
         bind = bind[keep]
         flows = np.flatnonzero(bind != UNBOUND)
-        is_acq = syncs["op"][flows] == "acquire"
+        is_acq = syncs["op"][flows] == S.SyncOp.ACQUIRE
     row = _bound_slices(spans, syncs, flows, bind[flows])
     bound = row >= 0
     at, rows = flows[bound], row[bound]

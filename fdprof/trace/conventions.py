@@ -34,8 +34,8 @@ def sync_fields(op: Any, obj: Any, seq: Any = NO_SEQ) -> tuple[str, str, int, bo
     OTLP event attributes); a value the conventions mean nothing by is bad input, a
     ``ValueError`` naming the key and the value, never a span, a gap or an edge of its own
     making: ``"Release"``, a seq that is not an int64."""
-    if op not in S.SYNC_OPS:
-        raise ValueError(f"{S.SYNC_OP} = {_shown(op)}: should be one of {', '.join(S.SYNC_OPS)}")
+    if op not in tuple(S.SyncOp):
+        raise ValueError(f"{S.SYNC_OP} = {_shown(op)}: should be one of {', '.join(S.SyncOp)}")
     if type(obj) is not str or not obj:
         raise ValueError(f"{S.SYNC_OBJ} = {_shown(obj)}: should be a non-empty string")
     if seq is NO_SEQ:
@@ -126,7 +126,7 @@ def span_columns(spans: pd.DataFrame, attrs: Attrs) -> None:
         pos = index.get_indexer(values.span_id)
         found = pos >= 0
         rows, decoded = pos[found], decoded[found]
-        if column == "step":
+        if decode is _ints:
             col = spans[column].to_numpy(copy=True)
             col[rows] = decoded
         else:  # in Arrow: no Python string per row of the column

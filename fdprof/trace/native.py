@@ -175,10 +175,11 @@ def _decode(path: Path, data: bytearray | None) -> _File | None:
     if bad_op.any():
         raise FdprofError(
             f"{path}: a sync record's op is {int(ops[bad_op][0])}: should be "
-            f"{R.SyncCode.RELEASE} (release) or {R.SyncCode.ACQUIRE} (acquire)"
+            f"{R.SyncCode.RELEASE} ({R.SyncCode.RELEASE.op}) or {R.SyncCode.ACQUIRE} "
+            f"({R.SyncCode.ACQUIRE.op})"
         )
     out.syncs = {
-        "op": pa.array(["release", "acquire"], TEXT).take(ops - R.SyncCode.RELEASE),
+        "op": pa.array([code.op for code in R.SyncCode], TEXT).take(ops - R.SyncCode.RELEASE),
         "obj": out.text(obj, "a sync object"),
         "seq": seq,
         "keyed": R.sync_keyed(header.version, sync_flags, seq),

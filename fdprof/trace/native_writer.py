@@ -140,7 +140,7 @@ def _records(trace: Trace) -> dict[int, _File]:
             f.record(R.Kind.CONTEXT, tid, payload, R.CONTEXT_PARENT)
         if end >= 0:
             f.record(R.Kind.SPAN_END, tid, R.SPAN_END.pack(sid & MASK64, end))
-    ops = {"release": R.SyncCode.RELEASE, "acquire": R.SyncCode.ACQUIRE}
+    ops = {code.op: code for code in R.SyncCode}
     sync_cols = ["op", "obj", "seq", "keyed", "time", "pid", "tid", "span_id"]
     for op, obj, seq, keyed, t, pid, tid, span in rows(trace.syncs, sync_cols):
         f = file_of(pid)

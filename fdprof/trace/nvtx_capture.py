@@ -22,6 +22,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from fdprof import semconv as S
 from fdprof.errors import FdprofError
 from fdprof.formats.rundir import MANIFEST
 from fdprof.trace import conventions as C
@@ -175,7 +176,7 @@ def read_nvtx_capture(path: str | Path) -> Trace:
             if kind != MARK:
                 continue
             _, dom, t, cat, ptype, payload, mtype, _, mhandle = EVENT.unpack_from(p)
-            if categories.get((dom, cat)) != "sync":
+            if categories.get((dom, cat)) != S.CATEGORY_SYNC:
                 continue
             op, _, obj = _message((mtype, mhandle, p[EVENT.size :]), strings).partition(" ")
             syncs["op"].append(op)

@@ -313,8 +313,8 @@ def _syncs(emit, syncs: pd.DataFrame, lane_tracks: dict, names: dict, span_track
         return
     times = syncs["time"].tolist()
     keyed = syncs[syncs["keyed"].to_numpy(bool)]
-    rel = keyed[keyed["op"] == "release"].drop_duplicates(["obj", "seq"])
-    acq = keyed[keyed["op"] == "acquire"]
+    rel = keyed[keyed["op"] == S.SyncOp.RELEASE].drop_duplicates(["obj", "seq"])
+    acq = keyed[keyed["op"] == S.SyncOp.ACQUIRE]
     pairs = acq.reset_index().merge(rel.reset_index(), on=["obj", "seq"], suffixes=("_a", "_r"))
     for flow, (obj, r, a) in enumerate(rows(pairs, ["obj", "index_r", "index_a"])):
         for ph, row in (("s", r), ("f", a)):
@@ -337,7 +337,7 @@ def _flows(emit, flows: pd.DataFrame, span_track: tuple[np.ndarray, np.ndarray])
     tid = flows["tid"].to_numpy(np.int64)
     track = remap_ints(span, *span_track, missing=tid)  # (span ids, their tracks)
     cat = _json_texts(flows["obj"].str.slice(len(S.FLOW_OBJ_PREFIX)).to_numpy(object))
-    release = (flows["op"] == "release").to_numpy(bool)
+    release = (flows["op"] == S.SyncOp.RELEASE).to_numpy(bool)
     texts = _join(
         pc.if_else(pa.array(release), '{"ph":"s","cat":', '{"ph":"f","cat":'), cat, ',"name":',
         cat, ',"id":', _ints(flows["seq"].to_numpy(np.int64)), ',"pid":',

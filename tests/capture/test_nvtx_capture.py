@@ -11,9 +11,8 @@ import threading
 
 import pytest
 
-from fdprof import probe
+from fdprof import probe, settings
 from fdprof.capture import nvtx as capture
-from fdprof.engine.process import child_environment
 from fdprof.errors import FdprofError
 from fdprof.trace.nvtx_capture import capture_files, read_file, read_nvtx_capture, sniff
 
@@ -41,7 +40,7 @@ def _instrumented(run_dir: str, role: str, count: int, how: str) -> None:
 
 
 def _run(run_dir, role: str, count: int, how: str, env: dict[str, str]) -> int:
-    with child_environment(env):
+    with settings.exported(env):
         proc = mp.get_context("spawn").Process(
             target=_instrumented, args=(str(run_dir), role, count, how)
         )

@@ -33,7 +33,7 @@ ROLES = {
     M.TIME_PER_OUTPUT_TOKEN: ("engine", {}),
     M.RUN_ACTIVE: ("engine", {"run": ("out/run",)}),
     M.KV_MISMATCHES: ("worker", {"run": ("out/run",)}),
-    M.HAZARDS: ("engine", {"run": ("out/run",), "finding": M.HAZARD_FINDINGS}),
+    M.HAZARDS: ("engine", {"run": ("out/run",), "finding": tuple(M.Finding)}),
 }
 #: counts that stay at 0 in a correct run
 ZERO = (M.DROPPED_RECORDS, M.KV_MISMATCHES, M.HAZARDS)

@@ -198,11 +198,11 @@ def test_nvtx_ranges_of_device_work_carry_the_span_id(tmp_path):
     so a capture joins back to the recorded span and its lane."""
     import multiprocessing as mp
 
+    from fdprof import settings
     from fdprof.capture import nvtx as capture
-    from fdprof.engine.process import child_environment
     from fdprof.trace.nvtx_capture import read_nvtx_capture
 
-    with child_environment(capture.injection_env(tmp_path)):
+    with settings.exported(capture.injection_env(tmp_path)):
         proc = mp.get_context("spawn").Process(target=_device_work_under_nvtx,
                                                args=(str(tmp_path),))  # fmt: skip
         proc.start()

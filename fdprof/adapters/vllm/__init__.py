@@ -57,7 +57,7 @@ def _start(run_dir: str) -> None:
     from fdprof.adapters.vllm import hooks
     from fdprof.probe import sdk
 
-    single = os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING", "1") == "0"
+    single = settings.vllm_single_process()
     role, dp_rank, tp_rank = process_role(multiprocessing.current_process().name, single)
     is_main = multiprocessing.parent_process() is None
     if is_main and settings.vllm_main_pid() not in (None, os.getpid()):
@@ -65,7 +65,7 @@ def _start(run_dir: str) -> None:
         # a cold cache): neither another frontend nor the owner of run.json
         return
     if is_main:
-        os.environ[settings.VLLM_MAIN_PID] = str(os.getpid())
+        settings.export(settings.VLLM_MAIN_PID, str(os.getpid()))
     version = getattr(vllm, "__version__", "?")
     if version not in SUPPORTED_VLLM:
         if is_main:

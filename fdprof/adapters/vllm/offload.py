@@ -34,6 +34,7 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
+from enum import StrEnum
 
 import numpy as np
 import torch
@@ -51,7 +52,14 @@ from fdprof import probe
 from fdprof import semconv as S
 from fdprof.probe import handles as H
 
-STORE_MODES = ("async", "sync")
+
+class StoreMode(StrEnum):
+    """How the spec's stores run: on its background copy thread, or inside ``submit_*``."""
+
+    ASYNC = "async"
+    SYNC = "sync"
+
+
 #: the seeded fault (module doc)
 STORE_BEFORE_COMPUTE = "store-before-compute"
 FAULTS = (STORE_BEFORE_COMPUTE,)
@@ -80,7 +88,7 @@ class HostCopyWorker(OffloadingWorker):
             torch.zeros((num_blocks, t.tensor.shape[1]), dtype=t.tensor.dtype)
             for t in kv_caches.tensors
         ]
-        self._sync = store_mode == "sync"
+        self._sync = store_mode == StoreMode.SYNC
         self._pending: deque[_Job] = deque()
         self._by_id: dict[int, _Job] = {}
         self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
@@ -171,9 +179,10 @@ class ThreadedCPUOffloadingSpec(CPUOffloadingSpec):
 
     def __init__(self, config) -> None:
         super().__init__(config)
-        self.store_mode = self.extra_config.get("store_mode", "async")
-        if self.store_mode not in STORE_MODES:
-            raise ValueError(f"store_mode must be one of {STORE_MODES}, not {self.store_mode!r}")
+        self.store_mode = self.extra_config.get("store_mode", StoreMode.ASYNC)
+        if self.store_mode not in tuple(StoreMode):
+            modes = ", ".join(StoreMode)
+            raise ValueError(f"store_mode must be one of {modes}, not {self.store_mode!r}")
         fault = self.extra_config.get("fault")
         if fault is not None and fault not in FAULTS:
             raise ValueError(f"fault must be one of {FAULTS}, not {fault!r}")

@@ -60,7 +60,7 @@ HEADER_WAIT_S = 5.0
 
 
 #: the run's safety check at its end: run directory → count per ``finding``
-#: (:data:`fdprof.metric_names.HAZARD_FINDINGS`)
+#: (:class:`fdprof.metric_names.Finding`)
 RunCheck = Callable[[Path], dict[str, int]]
 
 
@@ -194,7 +194,7 @@ class OtelExportObserver:
                 log.warning("the run's race check for its metrics failed: %s", exc)
             else:
                 obs += [(M.HAZARDS, float(counts.get(finding, 0)), {**owner.labels,
-                         "finding": finding}) for finding in M.HAZARD_FINDINGS]  # fmt: skip
+                         "finding": finding}) for finding in M.Finding]  # fmt: skip
         self._record(owner, obs)
 
     # -- tailing --

@@ -12,7 +12,6 @@ from fdprof import semconv as S
 from fdprof.formats import records as R
 from fdprof.formats.otel import MASK64, SpanData, root_trace_id, sync_event
 
-_OPS = {R.SyncCode.RELEASE: S.RELEASE, R.SyncCode.ACQUIRE: S.ACQUIRE}
 #: finished spans whose trace ids are remembered for children that end after their parent
 _REMEMBERED = 65536
 
@@ -78,7 +77,7 @@ class SpanBuilder:
         if span is not None:
             obj = self._strings.get(obj_id, "?")
             keyed = R.sync_keyed(self._version, flags, seq)
-            op_name = _OPS.get(op, str(op))
+            op_name = R.SyncCode(op).op if op in tuple(R.SyncCode) else str(op)
             span.events.append(sync_event(op_name, obj, seq if keyed else None, t + self._shift))
 
     def _context(self, flags: int, sid: int, trace_id: bytes, remote: int) -> None:

@@ -13,7 +13,7 @@ import os
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
 
-from fdprof.formats import records as R
+from fdprof import semconv as S
 from fdprof.formats.records import PID_SHIFT
 from fdprof.probe.api import Key, Name, Obj, Probe, StreamProbe
 from fdprof.probe.context import format_traceparent, parse_traceparent
@@ -75,12 +75,12 @@ class RecordingProbe(Probe):
     def release(self, o: Obj, seq: int | None = None, sid: int = 0) -> None:
         if self.recorder is not None:
             self.recorder.release(o, seq, sid)
-        self.nvtx.sync(o, R.SyncCode.RELEASE, seq)
+        self.nvtx.sync(o, S.SyncOp.RELEASE, seq)
 
     def acquire(self, o: Obj, seq: int | None = None, sid: int = 0) -> None:
         if self.recorder is not None:
             self.recorder.acquire(o, seq, sid)
-        self.nvtx.sync(o, R.SyncCode.ACQUIRE, seq)
+        self.nvtx.sync(o, S.SyncOp.ACQUIRE, seq)
 
     def link_context(self, sid: int, traceparent: str, link: bool = False) -> None:
         if self.recorder is not None and traceparent:
