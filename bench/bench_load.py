@@ -138,6 +138,7 @@ def bench_hta(repeat: int) -> None:
 def write_synthetic(run_dir: Path, spans: int, procs: int = 4) -> None:
     """A native run of ``spans`` spans over ``procs`` processes, in the probe's record format."""
     from fdprof.formats import records as R
+    from fdprof.formats.rundir import MANIFEST, RUN_FORMAT
 
     run_dir.mkdir(parents=True, exist_ok=True)
     per = spans // procs
@@ -215,14 +216,14 @@ def write_synthetic(run_dir: Path, spans: int, procs: int = 4) -> None:
             }
         )
     manifest = {
-        "format": "fdprof-run/1",
+        "format": RUN_FORMAT,
         "config": {"synthetic": spans},
         "status": "ok",
         "processes": processes,
         "results": {},
         "error": None,
     }
-    (run_dir / "run.json").write_text(json.dumps(manifest))
+    (run_dir / MANIFEST).write_text(json.dumps(manifest))
 
 
 def walk_seconds(run_dir: Path) -> tuple[float, float]:

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from fdprof import probe
+from fdprof.formats.rundir import RUN_FORMAT
 from fdprof.probe.config import ProbeConfig
 
 # the probe handles of the vocabulary (fdprof/probe/handles.py), plus two keys only these tests use
@@ -99,7 +100,7 @@ def write_manifest(run_dir: Path, procs: list[tuple[mp.Process, str]], status: s
             }
         )
     manifest = {
-        "format": "fdprof-run/1",
+        "format": RUN_FORMAT,
         "config": {"kv_lock": "none", "seed": 0},
         "status": status,
         "processes": processes,
