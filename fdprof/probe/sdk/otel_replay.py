@@ -15,7 +15,6 @@ from typing import Any, Protocol
 from fdprof import settings as env
 from fdprof.errors import FdprofError
 from fdprof.formats.otel import SpanData
-from fdprof.probe.sdk.otel_sink import SpanSink, readable, sdk_resource, span_exporter
 
 #: where the replay sends when neither ``--endpoint`` nor ``OTEL_EXPORTER_OTLP_*`` says: a local
 #: collector
@@ -50,7 +49,11 @@ def replay(
 ) -> Exported:
     """Send every span of ``source`` through the SDK's batch processor and OTLP exporter
     (retries and backoff are the SDK's); the first batch the exporter gives up on ends the
-    replay, and the spans not delivered are one :class:`FdprofError` naming how many."""
+    replay, and the spans not delivered are one :class:`FdprofError` naming how many. The
+    OpenTelemetry SDK is imported here: the command that offers the replay loads without the
+    ``otel`` extra."""
+    from fdprof.probe.sdk.otel_sink import SpanSink, readable, sdk_resource, span_exporter
+
     settings = env.otel(endpoint, default_endpoint=DEFAULT_ENDPOINT)
     traces = settings.traces
     if timeout is not None:
