@@ -182,8 +182,8 @@ class Recorder:
     def end(self, sid: int) -> None:
         self.span_end(sid, time.monotonic_ns())
 
-    def span(self, name, parent: int = 0) -> _Span:
-        return _Span(self, name, parent)
+    def span(self, name, parent: int = 0) -> SpanScope:
+        return SpanScope(self, name, parent)
 
     def set_int(self, sid: int, key, value: int) -> None:
         self.attr_int(sid, self.handle_id(key), value)
@@ -223,12 +223,13 @@ class Recorder:
             os.close(self._fd)
 
 
-class _Span:
-    """``with recorder.span(name) as sid:`` (a class, not a generator: half the cost)."""
+class SpanScope:
+    """``with x.span(name) as sid:`` over anything with ``begin``/``end`` (the recorder, the
+    SDK's probe); a class, not a generator: half the cost."""
 
     __slots__ = ("_rec", "_name", "_parent", "_sid")
 
-    def __init__(self, rec: Recorder, name, parent: int) -> None:
+    def __init__(self, rec, name, parent: int) -> None:
         self._rec = rec
         self._name = name
         self._parent = parent

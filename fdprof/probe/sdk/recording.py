@@ -19,6 +19,7 @@ from fdprof.probe.api import Key, Name, Obj, Probe, StreamProbe
 from fdprof.probe.context import format_traceparent, parse_traceparent
 from fdprof.probe.sdk.device import RecordingStream
 from fdprof.probe.sdk.nvtx_sink import NvtxSink
+from fdprof.probe.sdk.recorder import SpanScope
 
 
 class RecordingProbe(Probe):
@@ -54,7 +55,7 @@ class RecordingProbe(Probe):
             self.recorder.end(sid)
 
     def span(self, span_name: Name, parent: int = 0) -> AbstractContextManager[int]:
-        return _Span(self, span_name, parent)
+        return SpanScope(self, span_name, parent)
 
     def set_int(self, sid: int, k: Key, value: int) -> None:
         if self.recorder is not None:
@@ -115,20 +116,3 @@ _RECORDER_METHODS = (
     "release",
     "acquire",
 )
-
-
-class _Span:
-    __slots__ = ("_probe", "_name", "_parent", "_sid")
-
-    def __init__(self, probe: Probe, span_name: Name, parent: int) -> None:
-        self._probe = probe
-        self._name = span_name
-        self._parent = parent
-
-    def __enter__(self) -> int:
-        self._sid = self._probe.begin(self._name, self._parent)
-        return self._sid
-
-    def __exit__(self, *exc) -> bool:
-        self._probe.end(self._sid)
-        return False
