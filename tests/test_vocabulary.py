@@ -36,6 +36,8 @@ VARIABLE = re.compile(r"^[A-Z][A-Z0-9]*_[A-Z0-9_]*$")
 ALLOWED = {
     ("fdprof/adapters/vllm/hooks.py", "execute_model"):
         "vLLM's method GPUModelRunner.execute_model, which the adapter wraps",
+    ("fdprof/adapters/vllm/targets.py", "execute_model"):
+        "the same vLLM method, in the table of the hook targets checked per version",
     ("fdprof/analysis/breakdown.py", "lock_wait"):
         "the breakdown's part of that name (time in lock_wait spans; JSON key), defined there",
     ("fdprof/engine/config.py", "swap_in"):

@@ -31,6 +31,7 @@ import numpy as np
 import pandas as pd
 
 from fdprof import semconv as S
+from fdprof.analysis import verdicts
 from fdprof.analysis.columns import json_records, require
 from fdprof.analysis.lifetime import empty_violations, lifetime_violations, violations_frame
 from fdprof.analysis.locks import broken_locks, lock_holds, no_broken_locks
@@ -100,8 +101,9 @@ class HazardReport:
 
     @property
     def clean(self) -> bool:
-        """No race, no lock that failed to exclude, no access outside its block's lifetime."""
-        return self.races.empty and self.broken_locks.empty and self.lifetime.empty
+        """No race and no access outside its block's lifetime (:func:`verdicts.safe`); a lock
+        that failed to exclude is named beside, its edges already left out of the order."""
+        return verdicts.safe(self.counts)
 
     @property
     def kinds(self) -> pd.DataFrame:

@@ -5,12 +5,13 @@ GPU did, kernel by kernel. Where ``nsys`` is installed (GPU servers), one flag r
 joins them by span id, the NVTX payload.
 
 The whole ``fdprof run`` is re-executed under ``nsys profile --trace=cuda,nvtx,osrt`` (nsys
-follows the engine's spawned processes); :data:`INNER_ENV` tells that inner run to turn the
-probe's NVTX sink on (nsys provides the NVTX tool). nsys writes ``RUN/nsys/report.nsys-rep``
-and its SQLite export ``RUN/nsys/report.sqlite``; the export is then joined to the run
-(:func:`fdprof.trace.join.join`) to check that its ranges carry the run's span ids, and what the
-join found goes to ``run.json`` under ``"nsys"``. Read the joined trace with ``fdprof hazards
-RUN/nsys/report.sqlite --join RUN`` (or ``diff``/``convert`` likewise).
+follows the engine's spawned processes); :data:`fdprof.settings.NSYS_INNER` tells that inner
+run to turn the probe's NVTX sink on (nsys provides the NVTX tool). nsys writes
+``RUN/nsys/report.nsys-rep`` and its SQLite export ``RUN/nsys/report.sqlite``; the export is
+then joined to the run (:func:`fdprof.trace.join.join`) to check that its ranges carry the
+run's span ids, and what the join found goes to ``run.json`` under ``"nsys"``. Read the joined
+trace with ``fdprof hazards RUN/nsys/report.sqlite --join RUN`` (or ``diff``/``convert``
+likewise).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from fdprof import settings
+from fdprof.contracts import dumps, stamped
 from fdprof.errors import FdprofError
 from fdprof.formats.rundir import MANIFEST
 
@@ -64,7 +66,7 @@ def run_under_nsys(argv: list[str], run_dir: Path, json_out: bool) -> int:
     data["nsys"] = summary
     manifest.write_text(json.dumps(data, indent=2))
     if json_out:
-        print(json.dumps({**data.get("results", {}), "nsys": summary}))
+        print(dumps(stamped("run", {**data.get("results", {}), "nsys": summary})))
     else:
         print(f"nsys: {summary['export']} joined to the run by span id: "
               f"{summary['ranges_joined']} NVTX ranges, clock offset "

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
-from fdprof.cli import load_trace
-from fdprof.trace import WRITERS, save
+from fdprof.cli import add_force_argument, claim_output, load_trace
+from fdprof.contracts import dumps, schema, warnings_json
+from fdprof.trace import WRITERS, output_format, save
 
 
 def register(subparsers) -> None:
@@ -23,21 +23,26 @@ def register(subparsers) -> None:
     p.add_argument("--to", choices=sorted(WRITERS), default=None, help="output format")
     p.add_argument("--join", type=Path, default=None, help="run directory to join (nsys traces)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    add_force_argument(p, "a directory OUT (native)")
     p.set_defaults(func=handle)
 
 
 def handle(args: argparse.Namespace) -> int:
     trace = load_trace(args, args.input, args.join)
+    if (args.to or output_format(args.output)) == "native" and args.output.is_dir():
+        claim_output(args.output, args.force)
     to = save(trace, args.output, args.to)
     summary = {
+        "schema": schema("convert"),
         "output": str(args.output),
         "format": to,
         "spans": len(trace.spans),
         "syncs": len(trace.syncs),
         "accesses": len(trace.accesses),
+        "warnings": warnings_json([(None, trace.warnings)]),
     }
     if args.json:
-        print(json.dumps(summary))
+        print(dumps(summary))
     else:
         print(f"wrote {summary['spans']} spans, {summary['syncs']} syncs to {args.output} ({to})")
     return 0

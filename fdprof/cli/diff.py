@@ -8,6 +8,7 @@ from pathlib import Path
 from fdprof.analysis.diff import diff_traces
 from fdprof.cli import load_trace
 from fdprof.cli._report_options import add_report_arguments, emit
+from fdprof.contracts import warnings_json
 from fdprof.report.tables import document
 
 
@@ -45,13 +46,25 @@ def handle(args: argparse.Namespace) -> int:
     joins = args.join or (None, None)
     base = load_trace(args, args.base, joins[0])
     new = load_trace(args, args.new, joins[1])
-    result = diff_traces(base, new, args.step_name, labels=(_label(args.base), _label(args.new)))
-    emit(args, document(result))
+    result = diff_traces(base, new, args.step_name, labels=labels(args.base, args.new))
+    emit(args, document(result),
+         warnings_json([("base", base.warnings), ("new", new.warnings)]))  # fmt: skip
     return 0
 
 
-def _label(path: Path) -> str:
-    name = path.name
+def labels(base: Path, new: Path) -> tuple[str, str]:
+    """The two traces' names: their file or directory names, with as many parent directories
+    as it takes to tell them apart (``a/run`` and ``b/run``, not ``run`` twice)."""
+    for depth in range(1, 4):
+        pair = _label(base, depth), _label(new, depth)
+        if pair[0] != pair[1]:
+            return pair
+    return _label(base, 1), _label(new, 1)
+
+
+def _label(path: Path, depth: int = 1) -> str:
+    parts = path.absolute().parts[-depth:] if depth > 1 else (path.name,)
+    name = "/".join(parts)
     for ext in (".gz", ".json", ".sqlite"):
         name = name.removesuffix(ext)
     return name or str(path)

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 from fdprof.cli import load_trace
+from fdprof.contracts import dumps, stamped, warnings_json
 from fdprof.probe.sdk.otel_replay import DEFAULT_ENDPOINT, replay
 from fdprof.trace.export import OtelView
 
@@ -46,7 +46,9 @@ def handle(args: argparse.Namespace) -> int:
     trace = load_trace(args, args.trace, args.join)
     done = replay(OtelView(trace), args.endpoint, args.timeout)
     if args.json:
-        print(json.dumps({"endpoint": done.url, "spans": done.delivered, "unended": done.unended}))
+        print(dumps(stamped("export-otlp", {
+            "endpoint": done.url, "spans": done.delivered, "unended": done.unended,
+            "warnings": warnings_json([(None, trace.warnings)])})))  # fmt: skip
     else:
         unended = f" ({done.unended} that never ended left out)" if done.unended else ""
         print(f"sent {done.delivered} spans to {done.url}{unended}")

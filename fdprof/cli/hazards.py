@@ -1,5 +1,5 @@
-"""``fdprof hazards TRACE``: unordered KV-block accesses and broken locks; exit 0 clean,
-1 hazards, 2 error."""
+"""``fdprof hazards TRACE``: unordered KV-block accesses and broken locks; exit 0 safe (a
+broken lock named), 1 unsafe, 2 error (:mod:`fdprof.analysis.verdicts`)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,9 @@ from pathlib import Path
 from fdprof.analysis.hazards import find_hazards
 from fdprof.analysis.predict import predict_races
 from fdprof.analysis.whatif import what_if_drop_lock
-from fdprof.cli import load_trace
+from fdprof.cli import SAFETY_RULE, load_trace
 from fdprof.cli._report_options import add_report_arguments, emit
+from fdprof.contracts import stamped, warnings_json
 from fdprof.errors import FdprofError
 from fdprof.report.tables import document
 
@@ -21,13 +22,15 @@ def register(subparsers) -> None:
     p = subparsers.add_parser(
         "hazards",
         help="find KV-block accesses the recorded protocol does not order (happens-before)",
-        description="Exit 0: no race; 1: races found, or a broken lock (two holds of one lock "
-        "at once on different lanes: its edges are then not taken as order), or an access "
-        "outside its block's lifetime (used after the allocator's free, or freed while in use; "
-        "where the trace records kv.*_alloc/kv.*_free), or with "
-        "--what-if accesses that only the lock ordered; 2: bad input, or a trace without "
-        "KV-block accesses (nothing to check is not clean); with --format json the error is "
-        "a JSON object on stdout too.",
+        description="Exit 0: safe, no race and no access outside its block's lifetime (a "
+        "broken lock, two holds of one lock at once on different lanes, is named in the verdict "
+        "and its edges not taken as order); 1: unsafe, races found (observed or latent), or an "
+        "access outside its block's lifetime (used after the allocator's free, or freed while "
+        "in use; where the trace records kv.*_alloc/kv.*_free), or with --what-if accesses "
+        "that only the lock ordered; 2: bad input, or a trace without KV-block accesses "
+        "(nothing to check is not clean); with --format json the error is a JSON object on "
+        "stdout too.",
+        epilog=SAFETY_RULE,
     )
     p.add_argument("trace", type=Path, help="run directory or trace file")
     p.add_argument(
@@ -60,9 +63,9 @@ def handle(args: argparse.Namespace) -> int:
             f"{args.trace}: no KV-block accesses (kv.* span attributes) to check; an Nsight "
             "Systems export needs --join RUN_DIR, a foreign trace has none"
         )
-    doc = document(report)
+    doc = document(report, trace.origin)
     if what_if is not None:
-        doc = doc.then(document(what_if), {**report.to_json(),
-                                           "what_if_drop_lock": what_if.to_json()})  # fmt: skip
-    emit(args, doc)
+        doc = doc.then(document(what_if), stamped("hazards", {
+            **report.to_json(), "what_if_drop_lock": what_if.to_json()}))  # fmt: skip
+    emit(args, doc, warnings_json([(None, trace.warnings)]))
     return 0 if report.clean and (what_if is None or what_if.safe) else 1

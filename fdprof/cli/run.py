@@ -3,18 +3,19 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
+from fdprof import files, settings
 from fdprof import semconv as S
-from fdprof import settings
+from fdprof.cli import add_force_argument, claim_output
 from fdprof.cli._engine_options import (
     add_capture_arguments,
     add_engine_arguments,
     capture_plan,
     engine_config,
 )
+from fdprof.contracts import dumps, stamped
 
 
 def register(subparsers) -> None:
@@ -36,6 +37,7 @@ def register(subparsers) -> None:
         "every request's tokens: they must be equal (exactly, on the CPU)",
     )
     p.add_argument("--out", required=True, type=Path, help="run directory to write")
+    add_force_argument(p)
     p.add_argument("--json", action="store_true", help="print the results as one JSON object")
     add_capture_arguments(p)
     p.add_argument(
@@ -88,7 +90,11 @@ def handle(args: argparse.Namespace) -> int:
     from fdprof.report.progress import ProgressBar
 
     config = engine_config(args)
-    run_dir = args.out.resolve()
+    run_dir = files.resolved(args.out)
+    if args.nsys and not settings.nsys_inner():
+        nsys.nsys_executable()  # without nsys: one line, and no directory made
+    if not settings.nsys_inner():  # under nsys: the run that started it claimed the directory
+        claim_output(run_dir, args.force)
     if args.nsys and not settings.nsys_inner():
         return nsys.run_under_nsys(args.argv, run_dir, args.json)
     capture = capture_plan(args)
@@ -98,5 +104,5 @@ def handle(args: argparse.Namespace) -> int:
     results = run_engine(config, probe_config, observers, progress, env, args.reference)
     results = results.to_json()
     capture.finish(run_dir)
-    print(json.dumps(results) if args.json else _summary(results))
+    print(dumps(stamped("run", results)) if args.json else _summary(results))
     return 0 if intact(results) or config.fault else 1

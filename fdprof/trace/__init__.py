@@ -9,6 +9,7 @@ content, not by file name. Adding a reader is one line in :data:`READERS`.
 from __future__ import annotations
 
 import gzip
+import os
 import sqlite3
 import struct
 import zlib
@@ -112,8 +113,10 @@ def load(path: str | Path, join: str | Path | None = None) -> Trace:
     ranges (matched by the span id each range carries as its payload).
     """
     path = Path(path)
-    if not path.exists():
-        raise FdprofError(f"{path}: no such file or directory")
+    try:
+        os.stat(path)
+    except OSError as exc:  # missing, a loop of symbolic links, a directory not searchable
+        raise FdprofError(f"{path}: {(exc.strerror or 'cannot be read').lower()}") from None
     first = head(path)
     for sniff, read in READERS:
         if sniff(path, first):

@@ -13,7 +13,6 @@ rest of the file was never written (the file is sized up front).
 
 from __future__ import annotations
 
-import json
 import mmap
 import os
 import struct
@@ -27,6 +26,7 @@ from fdprof.errors import FdprofError
 from fdprof.formats.rundir import MANIFEST
 from fdprof.trace import conventions as C
 from fdprof.trace.attrs import Attrs, AttrsBuilder
+from fdprof.trace.jsonstream import loads
 from fdprof.trace.model import SCHEMAS, Trace, frame
 
 MAGIC = b"FDNVTX1\n"
@@ -115,7 +115,7 @@ def _processes(path: Path) -> dict[int, dict]:
         manifest = folder / MANIFEST
         if manifest.is_file():
             try:
-                doc = json.loads(manifest.read_text())
+                doc = loads(manifest.read_text())
             except (OSError, ValueError):
                 return {}
             procs = doc.get("processes") if isinstance(doc, dict) else None
@@ -201,8 +201,8 @@ def read_nvtx_capture(path: str | Path) -> Trace:
                 "role": [str(procs.get(c.pid, {}).get("role", "")) for c in caps],
                 "name": [str(procs.get(c.pid, {}).get("name", "")) for c in caps],
                 "anchored": [True for _ in caps],
-                "dp_rank": [C.rank(procs.get(c.pid, {}).get("dp_rank")) for c in caps],
-                "tp_rank": [C.rank(procs.get(c.pid, {}).get("tp_rank")) for c in caps],
+                "dp_rank": [C.rank(procs.get(c.pid, {}).get("dp_rank"), S.DP_RANK) for c in caps],
+                "tp_rank": [C.rank(procs.get(c.pid, {}).get("tp_rank"), S.TP_RANK) for c in caps],
             },
         ),
         meta={
@@ -214,7 +214,8 @@ def read_nvtx_capture(path: str | Path) -> Trace:
     )
     for cap in caps:
         if cap.dropped:
-            trace.warn(f"pid {cap.pid}: {cap.dropped} NVTX events dropped (capture file full)")
+            trace.warn(f"pid {cap.pid}: {cap.dropped} NVTX events dropped (capture file full)",
+                       "nvtx_dropped", cap.dropped)  # fmt: skip
     return trace.validate()
 
 

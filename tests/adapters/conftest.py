@@ -14,6 +14,7 @@ import json
 import os
 import subprocess
 import sys
+import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -75,19 +76,25 @@ CONFIGS = {
 
 
 @pytest.fixture(scope="session")
-def vllm_runs(tmp_path_factory) -> dict[str, VllmRun]:
+def vllm_model(tmp_path_factory) -> tuple[Path, Path]:
+    """(the vLLM environment's python, the tiny model built once for the session)."""
     python = vllm_python()
     if python is None:
         pytest.skip("no vLLM environment (make venv-vllm)")
-    base = tmp_path_factory.mktemp("vllm")
-    model = base / "model"
+    model = tmp_path_factory.mktemp("vllm-model") / "model"
     build = subprocess.run(
         [str(python), str(WORKLOAD), "--model-dir", str(model), "--build-model"],
         env=vllm_env(None), capture_output=True, text=True, timeout=TIMEOUT_S,
     )  # fmt: skip
     assert build.returncode == 0, build.stderr[-4000:]
+    return python, model
+
+
+def run_together(vllm_model, base: Path, configs: dict[str, list[str]]) -> dict[str, VllmRun]:
+    """Start every configuration at once, each recording into ``base/<name>``; wait for all."""
+    python, model = vllm_model
     runs, procs = {}, []
-    for name, args in CONFIGS.items():
+    for name, args in configs.items():
         run = VllmRun(name, base / name, base / f"{name}.json", base / f"{name}.log")
         runs[name] = run
         cmd = [str(python), str(WORKLOAD), "--model-dir", str(model),
@@ -103,6 +110,35 @@ def vllm_runs(tmp_path_factory) -> dict[str, VllmRun]:
             proc.kill()
             proc.wait()
     return runs
+
+
+@pytest.fixture(scope="session")
+def vllm_runs(vllm_model, tmp_path_factory) -> dict[str, VllmRun]:
+    return run_together(vllm_model, tmp_path_factory.mktemp("vllm"), CONFIGS)
+
+
+@pytest.fixture(scope="session")
+def polling_pair(vllm_model, tmp_path_factory) -> dict[str, VllmRun]:
+    """Two runs of one configuration (asynchronous offloading: requests whose prefix is
+    loading back wait, and the engine polls with steps that schedule nothing until the load is
+    done), which differ only in how often the engine polled: that follows the copy thread's
+    timing. They take turns round by round (``--take-turns``), so their steps meet the
+    machine's load alike and never compete for its two cores."""
+    base = tmp_path_factory.mktemp("vllm-polling")
+    turns = str(base / "turns")
+    return run_together(vllm_model, base, {
+        "first": ["--offload", "async", "--take-turns", turns, "0", "2"],
+        "second": ["--offload", "async", "--take-turns", turns, "1", "2"],
+    })  # fmt: skip
+
+
+def in_vllm(script: str, run_dir: Path | None) -> subprocess.CompletedProcess:
+    """``script`` (dedented) run by the vLLM environment's Python, recording into ``run_dir``."""
+    python = vllm_python()
+    if python is None:
+        pytest.skip("no vLLM environment (make venv-vllm)")
+    return subprocess.run([str(python), "-c", textwrap.dedent(script)], env=vllm_env(run_dir),
+                          capture_output=True, text=True, timeout=300)  # fmt: skip
 
 
 def fdprof_cli(*args: str) -> subprocess.CompletedProcess:
