@@ -18,7 +18,7 @@ $(STAMP): pyproject.toml $(wildcard setup.py fdprof/*/*.c fdprof/*/*/*.c)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q torch==2.13.0
 	$(PY) -m pip install -q nvidia-nvtx setuptools wheel
-	$(PY) -m pip install -q --no-build-isolation -e '.[engine,capture,otel,dev]'
+	$(PY) -m pip install -q --no-build-isolation -e '.[engine,capture,otel,dask,dev]'
 	touch $@
 
 venv: $(STAMP)

@@ -23,6 +23,8 @@ VERSIONS = {
     "run": 1,
     "convert": 1,
     "export-otlp": 1,
+    "roll": 1,
+    "merge": 1,
     "error": 1,
 }
 

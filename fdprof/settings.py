@@ -25,6 +25,8 @@ from fdprof.errors import FdprofError
 RUN_DIR = "FDPROF_RUN_DIR"
 #: ``python`` selects the pure-Python recorder even where the C extension is built
 RECORDER = "FDPROF_RECORDER"
+#: ``python`` runs the detector's inner loops in their Python twins even where C is built
+KERNELS = "FDPROF_KERNELS"
 #: ms the Prometheus endpoint waits at the end of a run for a scraper to take the final counts
 METRICS_FINAL_SCRAPE_MS = "FDPROF_METRICS_FINAL_SCRAPE_MS"
 #: the pair index of an ``ab --baseline/--candidate`` command's run, set for the command
@@ -60,6 +62,10 @@ VLLM_MULTIPROCESSING = "VLLM_ENABLE_V1_MULTIPROCESSING"
 ARROW_MEMORY_POOL = "ARROW_DEFAULT_MEMORY_POOL"
 #: a malloc threshold chosen for glibc, which fdprof then leaves alone
 MALLOC_MMAP_THRESHOLD = "MALLOC_MMAP_THRESHOLD_"
+
+# -- Dask (the analyses' --dask, as nsys recipes read it) ---------------------------------
+#: the scheduler ``--dask`` connects to when given no address
+DASK_SCHEDULER_ADDRESS = "DASK_SCHEDULER_ADDRESS"
 
 # -- OpenTelemetry ------------------------------------------------------------------------
 SDK_DISABLED = "OTEL_SDK_DISABLED"
@@ -194,6 +200,11 @@ def vllm_single_process(env: Mapping[str, str] | None = None) -> bool:
     return _env(env).get(VLLM_MULTIPROCESSING, "1") == "0"
 
 
+def dask_scheduler(env: Mapping[str, str] | None = None) -> str | None:
+    """``DASK_SCHEDULER_ADDRESS``: the Dask scheduler of ``--dask`` without an address."""
+    return _text(DASK_SCHEDULER_ADDRESS, env)
+
+
 def vllm_main_pid(env: Mapping[str, str] | None = None) -> int | None:
     """``FDPROF_VLLM_MAIN_PID``: the vLLM process that owns the run (None: not set, or not a
     pid; then this process may be that one)."""
@@ -235,6 +246,11 @@ def dir_mode(env: Mapping[str, str] | None = None) -> int:
 def python_recorder(env: Mapping[str, str] | None = None) -> bool:
     """``FDPROF_RECORDER=python``: the pure-Python recorder instead of the C extension."""
     return _text(RECORDER, env) == "python"
+
+
+def python_kernels(env: Mapping[str, str] | None = None) -> bool:
+    """``FDPROF_KERNELS=python``: the detector's Python twins instead of its C kernels."""
+    return _text(KERNELS, env) == "python"
 
 
 def otlp_asked(env: Mapping[str, str] | None = None) -> bool:

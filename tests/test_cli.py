@@ -138,7 +138,7 @@ def test_no_command_prints_the_usage_exit_2():
     usage, error = result.stderr.split("\nfdprof: error: ")
     assert usage.startswith("usage: fdprof ")
     assert error.strip() == ("no command given (one of ab, convert, diff, export-otlp, "
-                             "hazards, run; fdprof --help)")  # fmt: skip
+                             "hazards, merge, roll, run; fdprof --help)")  # fmt: skip
 
 
 @pytest.mark.parametrize("command", [

@@ -215,6 +215,22 @@ def test_the_environment_rule_sees_reads_and_writes(source):
     assert environment_uses(source, "planted.py")
 
 
+def test_the_chrome_scanner_reads_the_vocabularys_keys():
+    """The Chrome reader's C scanner (``fdprof/trace/_chromescan.c``) matches the args that
+    fill columns, and the sync ops, by name in C: the names must be semconv's, in the order of
+    its ``A_*`` indexes, or a renamed key would silently send every event down the Python path
+    (or, worse, fill a column from the wrong arg)."""
+    source = (PACKAGE / "trace" / "_chromescan.c").read_text()
+    table = re.search(r"SPECIAL\[A_SPECIAL\] = \{(.*?)\};", source, re.S)
+    assert table, "the scanner's table of special args moved: update this test"
+    keys = (semconv.SPAN_ID, semconv.TRUE_TID, semconv.SPAN_LANE, semconv.PARENT_ID,
+            semconv.TRACE_ID, semconv.SPAN_ROLE, semconv.SYNC_OP, semconv.SYNC_OBJ,
+            semconv.SYNC_SEQ, semconv.SYNC_SPAN, semconv.LANE)  # fmt: skip
+    assert tuple(re.findall(r'"([^"]*)"', table.group(1))) == keys
+    ops = re.findall(r'str_is\(s, v->i, "(\w+)"\)\) op = (\d)', source)
+    assert ops == [(semconv.SyncOp.RELEASE, "0"), (semconv.SyncOp.ACQUIRE, "1")]
+
+
 def test_the_enums_are_their_strings_on_the_wire():
     """A member is its value in JSON, in f-strings and as a dict key, so run.json, the
     reports and the traces read as before the enums."""

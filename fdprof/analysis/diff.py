@@ -233,6 +233,12 @@ def diff_traces(
     time; step latency, per-token time and where the time moved count the steps that did
     work (module doc)."""
     sb, sn = summarize(base, labels[0], step_name), summarize(new, labels[1], step_name)
+    return diff_summaries(sb, sn, seed=seed)
+
+
+def diff_summaries(sb: RunSummary, sn: RunSummary, *, seed: int = 0) -> DiffResult:
+    """The comparison of two runs' summaries (however they were computed: in process, or
+    reduced from pieces on Dask, :mod:`fdprof.analysis.distributed_diff`)."""
     both_tokens = sb.tokens is not None and sn.tokens is not None
     wb, wn = sb.working, sn.working
     return DiffResult(

@@ -94,11 +94,27 @@ def claim_output(directory: Path, force: bool) -> Path:
         return files.claim_output(out, force)
 
 
+def add_dask_argument(p: argparse.ArgumentParser) -> None:
+    """``--dask [ADDRESS|local:N]``, shared by the analyses that run on Dask."""
+    p.add_argument(
+        "--dask",
+        nargs="?",
+        const="",
+        default=None,
+        metavar="ADDRESS",
+        help="run on Dask: a scheduler's ADDRESS (tcp://host:8786), local:N for a LocalCluster "
+        "of N workers on this machine, or nothing for DASK_SCHEDULER_ADDRESS; the trace is "
+        "read as a Parquet store (converted to a temporary one if it is not), which every "
+        "worker must see; the answer is the in-process one (docs/analysis.md, 'On Dask'); "
+        "needs fdprof[dask]",
+    )
+
+
 #: the exit-status contract of every command (CONTRACTS.md); when several apply, 2 > 1 > 3 > 0
 EXIT_CODES = """exit status (every command):
   0    ok / clean (a lock that did not exclude is named, not an error: see hazards --help)
   1    races or a block used outside its lifetime (hazards, ab), or corrupted KV
-       blocks (ab, run integrity)
+       blocks (ab, run integrity), or a clock alarm (merge)
   2    bad input (one line on stderr saying why), or a crashed run
   3    --require-gain not met
   70   internal error ("internal error, please report"; --debug prints the traceback)

@@ -182,4 +182,5 @@ def capture_plan(args: argparse.Namespace) -> CapturePlan:
     return CapturePlan(
         args.otlp_endpoint, args.metrics_port, args.nvtx_capture, args.py_spy, args.workload,
         nsys=settings.nsys_inner(), metrics_host=args.metrics_host,
+        parquet=getattr(args, "parquet", None), roll_s=getattr(args, "roll_s", 10.0),
     )  # fmt: skip

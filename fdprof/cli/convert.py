@@ -1,4 +1,5 @@
-"""``fdprof convert IN OUT``: any readable trace into native, Perfetto or OTLP JSON."""
+"""``fdprof convert IN OUT``: any readable trace into native, Perfetto, OTLP JSON or a Parquet
+store."""
 
 from __future__ import annotations
 
@@ -13,10 +14,11 @@ from fdprof.trace import WRITERS, output_format, save
 def register(subparsers) -> None:
     p = subparsers.add_parser(
         "convert",
-        help="convert a trace: native run directory, Perfetto JSON, OTLP JSON",
+        help="convert a trace: native run directory, Perfetto JSON, OTLP JSON, Parquet store",
         description="Reads any TRACE fdprof reads (picked by content) and writes it as --to; "
         "without --to, OUT's name decides: *.otlp.json or *.jsonl OTLP JSON, *.json or "
-        "*.json.gz Perfetto, a directory native.",
+        "*.json.gz Perfetto, *.parquet a Parquet store (a directory every command reads, "
+        "docs/trace.md), another directory native.",
     )
     p.add_argument("input", type=Path, help="run directory or trace file")
     p.add_argument("output", type=Path, help="file or directory to write")

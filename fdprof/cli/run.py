@@ -41,6 +41,16 @@ def register(subparsers) -> None:
     p.add_argument("--json", action="store_true", help="print the results as one JSON object")
     add_capture_arguments(p)
     p.add_argument(
+        "--parquet",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="also roll the records into a Parquet store at DIR as the run goes (every "
+        "--roll-s seconds, in the supervisor: the engine's hot path is unchanged); every "
+        "command reads DIR as a trace (docs/trace.md)",
+    )
+    p.add_argument("--roll-s", type=float, default=10.0, metavar="S", help="seconds between rolls")
+    p.add_argument(
         "--nsys",
         action="store_true",
         help="run under Nsight Systems (nsys profile --trace=cuda,nvtx,osrt; nsys must be on "

@@ -207,6 +207,7 @@ WARNING_CODES = {
     "no_clock_anchor": "no process anchored to the epoch: times count from the trace's start",
     "unanchored_process": "a merged process without a clock anchor: its times used as recorded",
     "ids_renumbered": "span ids that collided across merged traces: renumbered",
+    "clock_alarm": "hosts' clocks that the cross-host edges or the anchors contradict (merge)",
     "no_manifest": "a run directory without run.json: its .rec files read alone",
     "run_not_ok": "a run whose status is not ok: records read up to each process's last one",
     "missing_record": "a record file run.json names is missing",

@@ -5,9 +5,9 @@ from __future__ import annotations
 import multiprocessing as mp
 
 from fdprof.formats import records as R
+from fdprof.formats.tail import RecordTail
 from fdprof.probe.api import key, name
 from fdprof.probe.sdk.recorder import CHUNK, open_recorder
-from fdprof.probe.sdk.tail import RecordTail
 
 
 def _write(path: str, impl: str, count: int, ready) -> None:

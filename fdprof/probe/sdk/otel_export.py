@@ -35,6 +35,7 @@ from fdprof import semconv as S
 from fdprof import settings as env
 from fdprof.formats import records as R
 from fdprof.formats.otel import UNKNOWN, SpanData, process_resource
+from fdprof.formats.tail import RecordTail
 from fdprof.probe.config import ProbeConfig
 from fdprof.probe.sdk.otel_metrics import OtelMetrics, Overlap, PromMetrics, observations
 from fdprof.probe.sdk.otel_sink import (
@@ -47,7 +48,6 @@ from fdprof.probe.sdk.otel_sink import (
     span_exporter,
 )
 from fdprof.probe.sdk.otel_spans import SpanBuilder
-from fdprof.probe.sdk.tail import RecordTail
 from fdprof.settings import OtelSettings
 
 log = logging.getLogger(__name__)
