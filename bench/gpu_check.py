@@ -155,10 +155,11 @@ def _fault_run(c: Check, fault: str | None, flags: list[str]) -> Row:
 
 
 def step_faults(c: Check) -> None:
-    from fdprof.engine.config import FAULT_PRESSURE, FAULTS
+    from fdprof.engine.config import FAULT_PRESSURE
+    from fdprof.semconv import Fault
 
     jobs: list[tuple[str | None, list[str]]] = [(None, ["--cache-manager", "v1"])]
-    for fault in FAULTS:
+    for fault in Fault:
         pressure = FAULT_PRESSURE.get(fault, {})
         flags = [f for k, v in pressure.items() for f in (f"--{k.replace('_', '-')}", str(v))]
         jobs.append((fault, ["--fault", fault, *flags]))

@@ -8,14 +8,15 @@ import pytest
 
 from fdprof.analysis.hazards import find_hazards
 from fdprof.analysis.whatif import what_if_drop_lock
-from fdprof.engine.config import FAULTS, V1_FAULTS, EngineConfig
+from fdprof.engine.config import V1_FAULTS, EngineConfig
 from fdprof.engine.launcher import run_engine
 from fdprof.probe import ProbeConfig
+from fdprof.semconv import Fault
 from fdprof.trace import load
 
 SEEDS = range(5)
 #: the old path's and the asynchronous engine's faults (V1's zoo: tests/engine/test_zoo.py)
-CHECKED_FAULTS = [f for f in FAULTS if f not in V1_FAULTS]
+CHECKED_FAULTS = [f for f in Fault if f not in V1_FAULTS]
 REQUESTS = 24  # enough for swaps both ways in every seed; fewer engine-seconds in CI
 
 pytestmark = pytest.mark.slow

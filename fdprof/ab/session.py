@@ -36,6 +36,7 @@ from fdprof.analysis.stats import (
 )
 from fdprof.capture.plan import CapturePlan
 from fdprof.errors import FdprofError
+from fdprof.semconv import CacheManagerMode, LockMode, SwapIn
 
 BASELINE, CANDIDATE = "baseline", "candidate"
 PERCENTILES = (50, 90, 99)
@@ -295,16 +296,16 @@ def lock_arms(config, capture: CapturePlan | None = None) -> tuple[EngineArm, En
     """The built-in A/B: the engine with the KV lock (baseline, with the lock what-if) and
     without it, on the same workload, seeds and cache manager."""
     capture = capture or CapturePlan(workload=config.workload)
-    v1 = "V1 " if config.cache_manager == "v1" else ""
+    v1 = "V1 " if config.v1 else ""
     return (
         EngineArm(
             BASELINE,
             f"{v1}baseline (lock)",
-            replace(config, kv_lock="ipc", swap_in="sync", store_on_fill=False),
+            replace(config, kv_lock=LockMode.IPC, swap_in=SwapIn.SYNC, store_on_fill=False),
             capture,
             True,
         ),
-        EngineArm(CANDIDATE, f"{v1}lockless", replace(config, kv_lock="none"), capture),
+        EngineArm(CANDIDATE, f"{v1}lockless", replace(config, kv_lock=LockMode.NONE), capture),
     )
 
 
@@ -312,9 +313,9 @@ def cache_manager_arms(config, capture: CapturePlan | None = None) -> tuple[Engi
     """Cache Manager V1 against the old path, both lockless, on the same workload and seeds:
     the old path with its swap-in setting (baseline), V1 (candidate)."""
     capture = capture or CapturePlan(workload=config.workload)
-    old = replace(config, kv_lock="none", cache_manager="old")
-    v1 = replace(config, kv_lock="none", cache_manager="v1", swap_in="sync", device_async=False,
-                 store_on_fill=False)  # fmt: skip
-    label = "old path lockless" + (" (async swap-in)" if old.swap_in == "async" else "")
+    old = replace(config, kv_lock=LockMode.NONE, cache_manager=CacheManagerMode.OLD)
+    v1 = replace(config, kv_lock=LockMode.NONE, cache_manager=CacheManagerMode.V1,
+                 swap_in=SwapIn.SYNC, device_async=False, store_on_fill=False)  # fmt: skip
+    label = "old path lockless" + (" (async swap-in)" if old.swap_in == SwapIn.ASYNC else "")
     return (EngineArm(BASELINE, label, old, capture),
             EngineArm(CANDIDATE, "V1 lockless", v1, capture))  # fmt: skip

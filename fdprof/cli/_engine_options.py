@@ -5,25 +5,26 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import warnings
+from enum import StrEnum
 
+from fdprof import settings
 from fdprof.capture.plan import CapturePlan
 from fdprof.cli import warn
+from fdprof.semconv import CacheManagerMode, Fault, LockMode, SwapIn
+
+
+def values(kind: type[StrEnum]) -> list[str]:
+    """An enum's values as plain strings: argparse quotes choices with repr()."""
+    return [member.value for member in kind]
 
 
 def add_engine_arguments(p: argparse.ArgumentParser, with_lock: bool = True) -> None:
-    from fdprof.engine.config import (
-        CACHE_MANAGERS,
-        DEVICES,
-        FAULTS,
-        KV_LOCKS,
-        SWAP_INS,
-        WORKLOADS,
-    )
+    from fdprof.engine.config import DEVICES, WORKLOADS
 
     if with_lock:
         p.add_argument(
             "--kv-lock",
-            choices=KV_LOCKS,
+            choices=values(LockMode),
             default=None,
             help="ipc: the baseline as FastDeploy ran it (flock through one descriptor the "
             "cache manager's threads share, so they do not exclude each other); "
@@ -64,8 +65,8 @@ def add_engine_arguments(p: argparse.ArgumentParser, with_lock: bool = True) -> 
     )
     p.add_argument(
         "--swap-in",
-        choices=SWAP_INS,
-        default="sync",
+        choices=values(SwapIn),
+        default=SwapIn.SYNC,
         help="sync (default): admission waits for a request's swap-in, as FastDeploy's "
         "is_sync=True; async: the request waits in its own state until its swap-in has "
         "completed while the others keep running (lockless only; ab: the candidate)",
@@ -92,8 +93,8 @@ def add_engine_arguments(p: argparse.ArgumentParser, with_lock: bool = True) -> 
     )
     p.add_argument(
         "--cache-manager",
-        choices=CACHE_MANAGERS,
-        default="old",
+        choices=values(CacheManagerMode),
+        default=CacheManagerMode.OLD,
         help="old (default): the path FastDeploy's lock guarded (whole-block swaps, completion "
         "awaited); v1: Cache Manager V1 (FastDeploy PR #7097): swap-ins layer by layer on an "
         "input stream, the forward waiting for each layer's event just before its attention, "
@@ -107,7 +108,7 @@ def add_engine_arguments(p: argparse.ArgumentParser, with_lock: bool = True) -> 
         help="with --cache-manager v1: the transfer chunk in tokens (default: the block size, "
         "16); copies are split at chunk boundaries, as LMCache moves chunks",
     )
-    p.add_argument("--fault", choices=FAULTS, default=None, metavar="FAULT",
+    p.add_argument("--fault", choices=values(Fault), default=None, metavar="FAULT",
                    help=fault_help())  # fmt: skip
     p.add_argument(
         "--fault-delay-ms",
@@ -128,13 +129,13 @@ def add_engine_arguments(p: argparse.ArgumentParser, with_lock: bool = True) -> 
 
 def fault_help() -> str:
     """``--fault``'s help: every fault, what it breaks, the public bug it reproduces."""
-    from fdprof.engine.config import FAULT_HELP, FAULTS, fault_settings
+    from fdprof.engine.config import FAULT_HELP, fault_settings
 
-    def needs(fault: str) -> str:
+    def needs(fault: Fault) -> str:
         flags = as_flags(fault_settings(fault))
         return f" (turns on {flags})" if flags else ""
 
-    faults = "; ".join(f"{f}: {FAULT_HELP.get(f, 'a seeded bug')}{needs(f)}" for f in FAULTS)
+    faults = "; ".join(f"{f}: {FAULT_HELP.get(f, 'a seeded bug')}{needs(f)}" for f in Fault)
     return (
         f"seed a protocol bug; it turns on the modes it needs itself (run.json and the "
         f"summary say which). {faults}"
@@ -223,10 +224,8 @@ def port_number(text: str) -> int:
 
 
 def capture_plan(args: argparse.Namespace) -> CapturePlan:
-    from fdprof.capture.nsys import inside_nsys
-
     return CapturePlan(
         args.otlp_endpoint, args.metrics_port, args.nvtx_capture, args.py_spy, args.workload,
-        nsys=inside_nsys(), metrics_host=args.metrics_host,
+        nsys=settings.nsys_inner(), metrics_host=args.metrics_host,
         parquet=getattr(args, "parquet", None), roll_s=getattr(args, "roll_s", 10.0),
     )  # fmt: skip

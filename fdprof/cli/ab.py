@@ -17,6 +17,7 @@ from fdprof.cli._engine_options import (
 )
 from fdprof.cli._report_options import add_report_arguments, emit
 from fdprof.errors import FdprofError
+from fdprof.semconv import LockMode
 
 #: what the built-in A/B's two modes differ in
 COMPARES = ("kv-lock", "cache-manager")
@@ -33,7 +34,7 @@ EXIT_CODES = f"""exit codes:
 {SAFETY_RULE}
 
 any engine: each run of CMD gets its own directory in FDPROF_RUN_DIR (every process calls
-fdprof.probe.configure_from_env) and its pair index in FDPROF_AB_PAIR (0, 1, ...: seed the
+fdprof.probe.sdk.configure_from_env) and its pair index in FDPROF_AB_PAIR (0, 1, ...: seed the
 workload with it, so pairs match); its stdout and stderr go to RUN_DIR/stdout.log, stderr.log.
 """
 
@@ -104,7 +105,7 @@ def arms(args: argparse.Namespace):
         if args.names is not None:
             raise FdprofError("--names names the commands of --baseline/--candidate")
         built_in = lock_arms if args.compare == "kv-lock" else cache_manager_arms
-        return built_in(engine_config(args, kv_lock="none"), capture_plan(args))
+        return built_in(engine_config(args, kv_lock=LockMode.NONE), capture_plan(args))
     names = args.names or ("baseline", "candidate")
     if names[0] == names[1]:
         raise FdprofError("--names: the two modes need different names")

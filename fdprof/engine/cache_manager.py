@@ -27,13 +27,13 @@ from typing import Protocol
 
 from fdprof import probe
 from fdprof import semconv as S
-from fdprof.engine import instrument as I
 from fdprof.engine.allocator import BlockAllocator
 from fdprof.engine.config import EngineConfig
 from fdprof.engine.ipc import SEQ_STRIDE, TracedMutex
 from fdprof.engine.messages import Fingerprint, Piece, SwapTask
 from fdprof.engine.prefix_cache import Entry, PrefixCache, block_hashes
 from fdprof.engine.results import SwapStats
+from fdprof.probe import handles as H
 from fdprof.probe.context import format_traceparent, trace_id_for
 
 
@@ -83,16 +83,16 @@ class TracedAllocator(BlockAllocator):
     def __init__(self, num_blocks: int, pool: str) -> None:
         super().__init__(num_blocks)
         on_gpu = pool == S.POOL_GPU
-        self._alloc_key = I.GPU_ALLOC if on_gpu else I.CPU_ALLOC
-        self._free_key = I.GPU_FREE if on_gpu else I.CPU_FREE
+        self._alloc_key = H.KV_GPU_ALLOC if on_gpu else H.KV_CPU_ALLOC
+        self._free_key = H.KV_GPU_FREE if on_gpu else H.KV_CPU_FREE
 
     def allocate(self, n: int) -> list[int]:
         if n == 0:
             return []
         p = probe.get()
-        with p.span(I.BLOCK_ALLOC) as sid:
+        with p.span(H.BLOCK_ALLOC) as sid:
             ids = super().allocate(n)
-            p.set_str(sid, I.ROLE, S.ROLE_CACHE_MANAGER)
+            p.set_str(sid, H.ROLE, S.ROLE_CACHE_MANAGER)
             p.set_ints(sid, self._alloc_key, ids)
         return ids
 
@@ -100,9 +100,9 @@ class TracedAllocator(BlockAllocator):
         if not ids:
             return
         p = probe.get()
-        with p.span(I.BLOCK_FREE) as sid:
+        with p.span(H.BLOCK_FREE) as sid:
             super().free(ids)
-            p.set_str(sid, I.ROLE, S.ROLE_CACHE_MANAGER)
+            p.set_str(sid, H.ROLE, S.ROLE_CACHE_MANAGER)
             p.set_ints(sid, self._free_key, ids)
 
 
@@ -157,13 +157,13 @@ class CacheManager:
         task_id = next(self._task_ids)
         if trace_id is None:
             trace_id = trace_id_for(self.cfg.seed, "swap", task_id)
-        with p.span(I.ISSUE_SWAP_TASK, parent) as sid:
+        with p.span(H.ISSUE_SWAP_TASK, parent) as sid:
             if not parent:
                 p.link_context(sid, format_traceparent(trace_id, 0))
-            p.set_str(sid, I.ROLE, S.ROLE_CACHE_MANAGER)
-            p.set_int(sid, I.TASK_ID, task_id)
-            p.set_str(sid, I.DIRECTION, direction)
-            p.set_int(sid, I.BLOCKS, len(gpu_blocks))
+            p.set_str(sid, H.ROLE, S.ROLE_CACHE_MANAGER)
+            p.set_int(sid, H.SWAP_TASK_ID, task_id)
+            p.set_str(sid, H.SWAP_DIRECTION, direction)
+            p.set_int(sid, H.SWAP_BLOCKS, len(gpu_blocks))
             with self._lock.held(sid) if self._lock else contextlib.nullcontext():
                 task = SwapTask(
                     task_id,
@@ -228,9 +228,9 @@ class CacheManager:
             self._touch(matched)
             table.extend(fresh)
         if swap_in:
-            skip_wait = self.cfg.fault == "no-wait-swap-in"
+            skip_wait = self.cfg.fault == S.Fault.NO_WAIT_SWAP_IN
             # V1: asynchronous unless the lock is held until the swap has completed
-            is_sync = self.cfg.locked if v1 else self.cfg.swap_in == "sync" and not skip_wait
+            is_sync = self.cfg.locked if v1 else self.cfg.swap_in == S.SwapIn.SYNC and not skip_wait
             dst = [e.loading_to for e in swap_in]
             task = self.issue_swap_task(
                 S.TO_GPU,
@@ -280,7 +280,7 @@ class CacheManager:
         bs, chunk = self.cfg.block_size, self.cfg.chunk
         where = {id(e): i for i, e in enumerate(matched)}
         first = min(where[id(e)] for e in loads)
-        shift = first * bs % chunk if self.cfg.fault == "shared-prefix-streams" else 0
+        shift = first * bs % chunk if self.cfg.fault == S.Fault.SHARED_PREFIX_STREAMS else 0
         pieces: list[Piece] = []
         for e in loads:
             start = where[id(e)] * bs
@@ -410,7 +410,7 @@ class CacheManager:
         ``room_made`` is told when blocks return to the free list before their copy: only the
         free-before-swap-out fault does that, and a scheduler waiting for room then takes them
         at once, as FastDeploy's scheduler sees free ids as soon as they are freed."""
-        free_early = self.cfg.fault == "free-before-swap-out"
+        free_early = self.cfg.fault == S.Fault.FREE_BEFORE_SWAP_OUT
         no_wait = self.cfg.v1 and not self.cfg.locked
         with self.mutex:
             deficit = self._want_free - self.gpu.num_free - self._evicting_blocks

@@ -3,88 +3,86 @@
 from __future__ import annotations
 
 import math
-import os
 import warnings
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, replace
 
 from fdprof import semconv as S
+from fdprof import settings
 from fdprof.errors import FdprofError
+from fdprof.semconv import CacheManagerMode, Fault, LockMode, SwapIn
 
-#: ipc: the baseline as FastDeploy ran it (one descriptor shared by the cache manager's
-#: threads, so they do not exclude each other); ipc-per-thread: the corrected lock (a
-#: descriptor per thread); none: lockless
-KV_LOCKS = ("ipc", "ipc-per-thread", "none")
-LOCKED = ("ipc", "ipc-per-thread")
-DEVICES = ("auto", "cpu", "cuda")
+DEVICES = ("auto", S.DEVICE_CPU, S.DEVICE_CUDA)
 WORKLOADS = ("prefix-swap", "swap-heavy", "no-swap", "nested-prefix")
-#: sync: admission waits for a request's swap-in (FastDeploy's is_sync=True); async: the
-#: request waits in its own state while the others run
-SWAP_INS = ("sync", "async")
-#: old: the path FastDeploy's lock guarded (whole-block swaps, completion awaited; the lock
-#: A/B's subject); v1: Cache Manager V1 (FastDeploy PR #7097): swap-ins layer by layer on an
-#: input stream with an event per layer the forward waits on just before that layer's
-#: attention, swap-outs on an output stream without a host wait (docs/engine.md)
-CACHE_MANAGERS = ("old", "v1")
 #: the asynchronous engine's faults (``--device-async``), after bugs engines shipped:
 #: store-before-compute-done (vLLM #45704: a store copies blocks the compute stream is still
 #: writing; needs ``--store-on-fill``), foreign-stream-write (LMCache PR #2671: a swap-in
 #: written on a stream of its own, which the event the worker waits on does not cover),
 #: reuse-staging-buffer (TensorRT-LLM PR #15546: the staging buffer refilled while the copy
 #: out of it is in flight; needs ``--swap-in async``, where swap-ins overlap)
-ASYNC_FAULTS = ("store-before-compute-done", "foreign-stream-write", "reuse-staging-buffer")
+ASYNC_FAULTS = (
+    Fault.STORE_BEFORE_COMPUTE_DONE,
+    Fault.FOREIGN_STREAM_WRITE,
+    Fault.REUSE_STAGING_BUFFER,
+)
 #: Cache Manager V1's faults (``--cache-manager v1``), the field's fixed bugs as a zoo: see
 #: FAULT_HELP for what each breaks and the public bug it reproduces
-V1_FAULTS = ("v1-wrong-layer-event", "load-back-unfenced", "compute-races-store",
-             "shared-prefix-streams")  # fmt: skip
-FAULTS = ("no-wait-swap-in", "free-before-swap-out", "ack-before-copy", *ASYNC_FAULTS, *V1_FAULTS)
+V1_FAULTS = (
+    Fault.V1_WRONG_LAYER_EVENT,
+    Fault.LOAD_BACK_UNFENCED,
+    Fault.COMPUTE_RACES_STORE,
+    Fault.SHARED_PREFIX_STREAMS,
+)
 #: what each fault breaks and, for those after a public bug, which one (``--help``, docs)
-FAULT_HELP: dict[str, str] = {
-    "no-wait-swap-in": "the scheduler does not wait for a swap-in before scheduling its request",
-    "free-before-swap-out": "evicted blocks return to the free list when the copy-out is issued",
-    "ack-before-copy": "the transfer process signals completion before it copies",
-    "store-before-compute-done": "vLLM #45704 (fixed by PR #46278): a store copies blocks the "
+FAULT_HELP: dict[Fault, str] = {
+    Fault.NO_WAIT_SWAP_IN: "the scheduler does not wait for a swap-in before scheduling its "
+    "request",
+    Fault.FREE_BEFORE_SWAP_OUT: "evicted blocks return to the free list when the copy-out is "
+    "issued",
+    Fault.ACK_BEFORE_COPY: "the transfer process signals completion before it copies",
+    Fault.STORE_BEFORE_COMPUTE_DONE: "vLLM #45704 (fixed by PR #46278): a store copies blocks the "
     "compute stream is still writing",
-    "foreign-stream-write": "LMCache PR #2671: a swap-in is written on a stream the worker's "
+    Fault.FOREIGN_STREAM_WRITE: "LMCache PR #2671: a swap-in is written on a stream the worker's "
     "event does not cover",
-    "reuse-staging-buffer": "TensorRT-LLM PR #15546: the pinned staging buffer is refilled "
+    Fault.REUSE_STAGING_BUFFER: "TensorRT-LLM PR #15546: the pinned staging buffer is refilled "
     "while the copy out of it is in flight",
-    "v1-wrong-layer-event": "Cache Manager V1's per-layer wait (FastDeploy PR #7097, "
+    Fault.V1_WRONG_LAYER_EVENT: "Cache Manager V1's per-layer wait (FastDeploy PR #7097, "
     "LayerDoneCounter.wait_for_layer) is off by one: layer l waits on layer l-1's event, so "
     "its attention reads blocks whose layer-l copy is still in flight",
-    "load-back-unfenced": "SGLang PR #36738: a load back from the host tier is not fenced "
+    Fault.LOAD_BACK_UNFENCED: "SGLang PR #36738: a load back from the host tier is not fenced "
     "behind the forward that still uses the blocks it overwrites (a finishing request's "
     "blocks, which overlap scheduling hands to the load while its last step runs)",
-    "compute-races-store": "SGLang #20611: under memory pressure V1 writes the blocks a step "
+    Fault.COMPUTE_RACES_STORE: "SGLang #20611: under memory pressure V1 writes the blocks a step "
     "fills back to the host, and the copy does not wait for the kernel that writes them",
-    "shared-prefix-streams": "LMCache PR #2706: a load places its pieces from the transfer "
+    Fault.SHARED_PREFIX_STREAMS: "LMCache PR #2706: a load places its pieces from the transfer "
     "chunk's boundary instead of from the first block not on the device, so with a chunk that "
     "is not the block size it writes into a prefix block another request holds and reads "
     "(LMCache's tests missed it: their chunk was the block size)",
 }
 #: the settings each fault needs (it turns them on itself; docs/engine.md, "Faults")
-_FAULT_NEEDS: dict[str, dict] = {
-    "store-before-compute-done": {"device_async": True, "store_on_fill": True},
-    "foreign-stream-write": {"device_async": True},
-    "reuse-staging-buffer": {"device_async": True, "swap_in": "async"},
-    **{fault: {"cache_manager": "v1"} for fault in V1_FAULTS},
-    "shared-prefix-streams": {"cache_manager": "v1", "chunk_tokens": 24},
+_FAULT_NEEDS: dict[Fault, dict] = {
+    Fault.STORE_BEFORE_COMPUTE_DONE: {"device_async": True, "store_on_fill": True},
+    Fault.FOREIGN_STREAM_WRITE: {"device_async": True},
+    Fault.REUSE_STAGING_BUFFER: {"device_async": True, "swap_in": SwapIn.ASYNC},
+    **{fault: {"cache_manager": CacheManagerMode.V1} for fault in V1_FAULTS},
+    Fault.SHARED_PREFIX_STREAMS: {"cache_manager": CacheManagerMode.V1, "chunk_tokens": 24},
 }
 #: the load each fault's reproduction runs under (``make regress``, the tests, the GPU check),
 #: as the field's bugs showed only under pressure: a device pool half the prefixes' size;
 #: prefixes shared at many lengths, and enough requests that a shared block is being read
 #: while the load lands (LMCache's single-request test had too little concurrency)
-FAULT_PRESSURE: dict[str, dict] = {
-    "compute-races-store": {"workload": "swap-heavy"},
-    "load-back-unfenced": {"workload": "swap-heavy"},
-    "shared-prefix-streams": {"workload": "nested-prefix", "requests": 48},
+FAULT_PRESSURE: dict[Fault, dict] = {
+    Fault.COMPUTE_RACES_STORE: {"workload": "swap-heavy"},
+    Fault.LOAD_BACK_UNFENCED: {"workload": "swap-heavy"},
+    Fault.SHARED_PREFIX_STREAMS: {"workload": "nested-prefix", "requests": 48},
 }
 #: where a fault's delay widens its window: before each copy (default), in the worker's forward
 #: (a slow kernel the copy should have waited for), or nowhere (the fault needs no window)
-_FAULT_WINDOW: dict[str, str | None] = {
-    "store-before-compute-done": "compute",
-    "compute-races-store": "compute",
-    "load-back-unfenced": "compute",
-    "shared-prefix-streams": None,
+_FAULT_WINDOW: dict[Fault, str | None] = {
+    Fault.STORE_BEFORE_COMPUTE_DONE: "in-forward",
+    Fault.COMPUTE_RACES_STORE: "in-forward",
+    Fault.LOAD_BACK_UNFENCED: "in-forward",
+    Fault.SHARED_PREFIX_STREAMS: None,
 }
 
 
@@ -93,16 +91,11 @@ def fault_modes(cfg: EngineConfig) -> dict:
     return {name: getattr(cfg, name) for name in fault_settings(cfg.fault)}
 
 
-def fault_settings(fault: str | None) -> dict:
+def fault_settings(fault: Fault | str | None) -> dict:
     """The EngineConfig settings ``fault`` needs (and turns on itself): none for the
     synchronous engine's faults; ``device_async`` (and what else it needs) for the
     asynchronous engine's; ``cache_manager="v1"`` for V1's."""
     return dict(_FAULT_NEEDS.get(fault, {})) if fault else {}
-
-
-#: the pre-fdprof switches of the baseline lock, still honoured: FastDeploy PR #6724 names the
-#: environment variable USE_KVCACHE_LOCK and the attribute FD_USE_KVCACHE_LOCK; both work
-LEGACY_LOCK_ENVS = ("USE_KVCACHE_LOCK", "FD_USE_KVCACHE_LOCK")
 
 
 class DeprecatedSetting(FutureWarning):
@@ -111,7 +104,7 @@ class DeprecatedSetting(FutureWarning):
 
 @dataclass(frozen=True)
 class EngineConfig:
-    kv_lock: str = "none"
+    kv_lock: LockMode = LockMode.NONE
     device: str = "auto"
     workload: str = "prefix-swap"
     requests: int = 48
@@ -125,13 +118,13 @@ class EngineConfig:
     ep: bool = False
     #: experts each DP group's worker holds under ``ep``
     experts_per_rank: int = 2
-    swap_in: str = "sync"
-    #: ``old`` or ``v1`` (CACHE_MANAGERS)
-    cache_manager: str = "old"
+    swap_in: SwapIn = SwapIn.SYNC
+    #: the cache manager's design (:class:`~fdprof.semconv.CacheManagerMode`)
+    cache_manager: CacheManagerMode = CacheManagerMode.OLD
     #: Cache Manager V1's transfer chunk in tokens (None: the block size); a copy is split at
     #: chunk boundaries of the request's tokens, as LMCache moves chunks of 256
     chunk_tokens: int | None = None
-    fault: str | None = None
+    fault: Fault | None = None
     #: asynchronous device work (docs/engine.md, "Asynchronous device work"): the worker's
     #: forward pass and the transfer's copies are queued on streams and ordered by events
     device_async: bool = False
@@ -165,19 +158,26 @@ class EngineConfig:
     max_new_tokens: int = 16
 
     def __post_init__(self) -> None:
+        # the modes as their enums, whether given as members or as their strings (run.json)
+        modes = (("kv_lock", LockMode), ("swap_in", SwapIn), ("cache_manager", CacheManagerMode),
+                 ("fault", Fault))  # fmt: skip
+        for name, kind in modes:
+            value = getattr(self, name)
+            if value is None and name == "fault":
+                continue
+            if value not in tuple(kind):
+                raise FdprofError(f"--{name.replace('_', '-')} must be one of {', '.join(kind)}")
+            object.__setattr__(self, name, kind(value))
         self._turn_on_fault_needs()
-        v1 = self.cache_manager == "v1"
+        v1 = self.v1
         checks = [
-            (self.kv_lock in KV_LOCKS, f"--kv-lock must be one of {', '.join(KV_LOCKS)}"),
             (self.device in DEVICES, f"--device must be one of {', '.join(DEVICES)}"),
             (self.workload in WORKLOADS, f"--workload must be one of {', '.join(WORKLOADS)}"),
-            (self.fault is None or self.fault in FAULTS, f"--fault must be one of {FAULTS}"),
             (self.requests >= 1, "--requests must be at least 1"),
             (self.dp >= 1, "--dp must be at least 1"),
             (self.tp >= 1, "--tp must be at least 1"),
-            (self.swap_in in SWAP_INS, f"--swap-in must be one of {', '.join(SWAP_INS)}"),
             (
-                self.swap_in == "sync" or not self.locked,
+                self.swap_in == SwapIn.SYNC or not self.locked,
                 "--swap-in async needs --kv-lock none (the baseline holds its lock until a "
                 "swap has completed)",
             ),
@@ -208,11 +208,7 @@ class EngineConfig:
                 "--device-async runs with --tp 1 and without --ep",
             ),
             (
-                self.cache_manager in CACHE_MANAGERS,
-                f"--cache-manager must be one of {', '.join(CACHE_MANAGERS)}",
-            ),
-            (
-                not v1 or (self.swap_in == "sync" and not self.device_async),
+                not v1 or (self.swap_in == SwapIn.SYNC and not self.device_async),
                 "--cache-manager v1 runs without --swap-in async and --device-async (its "
                 "swap-ins are asynchronous by design; its worker waits per layer)",
             ),
@@ -246,7 +242,7 @@ class EngineConfig:
 
     @property
     def v1(self) -> bool:
-        return self.cache_manager == "v1"
+        return self.cache_manager == CacheManagerMode.V1
 
     @property
     def event_kinds(self) -> tuple[str, ...]:
@@ -267,24 +263,24 @@ class EngineConfig:
 
     @property
     def _window(self) -> str | None:
-        return _FAULT_WINDOW.get(self.fault, "copy") if self.fault else None
+        return _FAULT_WINDOW.get(self.fault, "before-copy") if self.fault else None
 
     @property
     def copy_delay_s(self) -> float:
         """How long the transfer waits before each copy (V1: before each layer's copy of a
         swap-in, a share of it); some faults slow the worker's forward instead (a slow kernel
         the copy should have waited for), shared-prefix-streams nothing."""
-        return self.fault_delay_s if self._window == "copy" else 0.0
+        return self.fault_delay_s if self._window == "before-copy" else 0.0
 
     @property
     def compute_delay_s(self) -> float:
         """How long the worker's forward waits (on its stream) before a step that fills
         blocks: the window of the faults whose copy should have waited for the kernel."""
-        return self.fault_delay_s if self._window == "compute" else 0.0
+        return self.fault_delay_s if self._window == "in-forward" else 0.0
 
     @property
     def locked(self) -> bool:
-        return self.kv_lock in LOCKED
+        return self.kv_lock.locked
 
     @property
     def experts(self) -> int:
@@ -312,19 +308,14 @@ class EngineConfig:
         return replace(self, **changes)
 
 
-def resolve_kv_lock(flag: str | None, env: dict[str, str] | None = None) -> str:
+def resolve_kv_lock(flag: str | None, env: Mapping[str, str] | None = None) -> LockMode:
     """The lock mode: an explicit flag wins; else ``USE_KVCACHE_LOCK=1`` or
     ``FD_USE_KVCACHE_LOCK=1`` selects the baseline (deprecated, so old scripts keep working);
     else the lockless engine."""
     if flag is not None:
-        return flag
-    env = os.environ if env is None else env
-    for name in LEGACY_LOCK_ENVS:
-        if env.get(name, "").strip() in ("1", "true", "True"):
-            warnings.warn(
-                f"{name}=1 is deprecated; use --kv-lock ipc",
-                DeprecatedSetting,
-                stacklevel=2,
-            )
-            return "ipc"
-    return "none"
+        return LockMode(flag)
+    name = settings.legacy_lock_switch(env)
+    if name is not None:
+        warnings.warn(f"{name}=1 is deprecated; use --kv-lock ipc", DeprecatedSetting, stacklevel=2)
+        return LockMode.IPC
+    return LockMode.NONE

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from fdprof import semconv as S
 from fdprof.engine.config import EngineConfig
 from fdprof.engine.results import ReferenceCheck, RunResults
 from fdprof.engine.workloads import without_swaps
@@ -25,9 +26,9 @@ def reference_config(cfg: EngineConfig) -> EngineConfig:
     return without_swaps(cfg).with_(
         fault=None,
         fault_delay_ms=None,
-        kv_lock="none",
-        swap_in="sync",
-        cache_manager="old",
+        kv_lock=S.LockMode.NONE,
+        swap_in=S.SwapIn.SYNC,
+        cache_manager=S.CacheManagerMode.OLD,
         chunk_tokens=None,
         device_async=False,
         sync_before_unlock=False,

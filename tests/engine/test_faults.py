@@ -5,12 +5,13 @@ test machine, where steps run slower, still lands a write or read inside it."""
 
 import pytest
 
-from fdprof.engine.config import FAULTS, V1_FAULTS
+from fdprof.engine.config import V1_FAULTS
+from fdprof.semconv import Fault
 from tests.engine.conftest import manifest, run
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("fault", [f for f in FAULTS if f not in V1_FAULTS])  # V1's: test_zoo
+@pytest.mark.parametrize("fault", [f for f in Fault if f not in V1_FAULTS])  # V1's: test_zoo
 def test_fault_corrupts_blocks(tmp_path, fault):
     results, run_dir = run(tmp_path, fault=fault, seed=2, fault_delay_ms=400)
     assert results["fault"] == fault

@@ -6,11 +6,12 @@ scheduling's fenced reuse, and the settings V1 and its faults run with."""
 import pytest
 
 from fdprof.engine.cache_manager import CacheManager
-from fdprof.engine.config import FAULT_HELP, FAULTS, V1_FAULTS, EngineConfig, fault_modes
+from fdprof.engine.config import FAULT_HELP, V1_FAULTS, EngineConfig, fault_modes
 from fdprof.engine.messages import Batch, StepResult
 from fdprof.engine.scheduler import Scheduler
 from fdprof.engine.workloads import RequestSpec
 from fdprof.errors import FdprofError
+from fdprof.semconv import Fault
 from tests.engine.test_scheduler import RecordingPort
 
 BS = 4
@@ -161,7 +162,7 @@ def test_a_v1_fault_turns_on_what_it_needs_and_says_so(fault):
 
 
 def test_every_fault_has_its_help():
-    assert set(FAULT_HELP) == set(FAULTS)
+    assert set(FAULT_HELP) == set(Fault)
 
 
 @pytest.mark.parametrize(
