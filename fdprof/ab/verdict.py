@@ -1,8 +1,9 @@
 """The A/B's verdict: safe or not, faster or not, in one line, and the exit code it gives.
 
 Why one place: the terminal, Markdown, HTML and JSON reports and the exit code must never
-disagree about whether a change is safe. Safe means no race (observed or latent) and no
-integrity mismatch in any run of either mode; faster means the gain's 95% CI lies above 1.
+disagree about whether a change is safe. Safe means no race (observed or latent), no
+access outside its block's lifetime, no ownership finding and no integrity mismatch in any run
+of either mode; faster means the gain's 95% CI lies above 1.
 Exit codes follow the contract (docs/architecture.md): 1 unsafe, 3 ``--require-gain`` not
 met, 0 otherwise (2, a crashed run, is raised before there is a verdict); 1 wins over 3.
 """
@@ -35,10 +36,13 @@ class RunSafety:
     mismatches: int
     #: accesses outside their block's lifetime (use after free, freed while in use)
     lifetime: int = 0
+    #: ownership findings (blocks handed out or freed while held, stale reads, counts)
+    ownership: int = 0
 
     @property
     def safe(self) -> bool:
-        return self.races == 0 and self.mismatches == 0 and self.lifetime == 0
+        return (self.races == 0 and self.mismatches == 0 and self.lifetime == 0
+                and self.ownership == 0)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -95,6 +99,9 @@ class Verdict:
         lifetime = self._total("lifetime")
         if lifetime:
             where = f"; accesses outside their block's lifetime {lifetime}{where}"
+        ownership = self._total("ownership")
+        if ownership:
+            where = f"; ownership findings {ownership}{where}"
         required = ""
         if self.require_gain is not None:
             met = "met" if self.gain_met else "NOT MET"
@@ -129,6 +136,7 @@ class Verdict:
             "latent": {label: self._total("latent", label) for label in self.labels},
             "integrity_mismatches": self._total("mismatches"),
             "lifetime_violations": self._total("lifetime"),
+            "ownership_findings": self._total("ownership"),
             "race_kinds": self.kind_lines(),
             "exit_code": self.exit_code,
         }

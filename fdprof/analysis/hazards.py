@@ -31,9 +31,11 @@ import numpy as np
 import pandas as pd
 
 from fdprof import semconv as S
+from fdprof.analysis import instrumentation
 from fdprof.analysis.columns import json_records, require
 from fdprof.analysis.lifetime import empty_violations, lifetime_violations, violations_frame
 from fdprof.analysis.locks import broken_locks, lock_holds, no_broken_locks
+from fdprof.analysis.ownership import empty_findings, find_ownership, ownership_kinds
 from fdprof.errors import FdprofError
 from fdprof.trace.model import Trace
 
@@ -70,6 +72,10 @@ class HazardReport:
     #: accesses outside their block's lifetime, where the trace records the allocator's events
     #: (:mod:`fdprof.analysis.lifetime`): a use after free or a block freed while in use
     lifetime: pd.DataFrame = field(default_factory=empty_violations)
+    #: ownership findings (:mod:`fdprof.analysis.ownership`): blocks handed out, freed or
+    #: written while another request holds them, reads without a hold or after the content was
+    #: reused, frees under transfers, reference counts below zero or leaked
+    ownership: pd.DataFrame = field(default_factory=empty_findings)
 
     @property
     def untrusted_locks(self) -> tuple[str, ...]:
@@ -96,12 +102,15 @@ class HazardReport:
             "gaps": len(self.gaps),
             "broken_locks": len(self.broken_locks),
             "lifetime": len(self.lifetime),
+            "ownership": len(self.ownership),
         } | ({} if self.predicted is None else {"predicted": len(self.predicted)})
 
     @property
     def clean(self) -> bool:
-        """No race, no lock that failed to exclude, no access outside its block's lifetime."""
-        return self.races.empty and self.broken_locks.empty and self.lifetime.empty
+        """No race, no lock that failed to exclude, no access outside its block's lifetime, no
+        ownership finding."""
+        return (self.races.empty and self.broken_locks.empty and self.lifetime.empty
+                and self.ownership.empty)  # fmt: skip
 
     @property
     def kinds(self) -> pd.DataFrame:
@@ -118,6 +127,8 @@ class HazardReport:
             "dropped_objects": list(self.dropped_objects),
             "broken_locks": json_records(self.broken_locks),
             "lifetime": json_records(self.lifetime),
+            "ownership": json_records(self.ownership),
+            "ownership_kinds": json_records(ownership_kinds(self.ownership)),
             "untrusted_locks": list(self.untrusted_locks),
             "checked": {"accesses": self.accesses, "lanes": len(self.lanes)},
         } | ({} if self.predicted is None else {
@@ -149,6 +160,7 @@ class Prepared:
     dropped: tuple[str, ...]
     broken: pd.DataFrame
     lifetime: pd.DataFrame
+    ownership: pd.DataFrame = field(default_factory=empty_findings)
 
     def unordered(self, clocks: _LaneClocks | Any) -> tuple[np.ndarray, ...]:
         """(x, y) access pairs that conflict and are unordered by ``clocks`` (any object with
@@ -167,14 +179,15 @@ class Prepared:
             empty_pairs = self.pairs(np.empty(0, int), np.empty(0, int))
             return HazardReport(empty_pairs, empty_pairs.drop(columns="overlapped"), gaps,
                                 self.dropped, lanes, self.acc["checked"], self.broken,
-                                lifetime=self.lifetime)  # fmt: skip
+                                lifetime=self.lifetime, ownership=self.ownership)  # fmt: skip
         racy_x, racy_y, over_x, over_y = self.unordered(self.clocks)
         n = self.acc["n"]
         alarm = ~np.isin(over_x * n + over_y, racy_x * n + racy_y)
         races = self.pairs(racy_x, racy_y)
         alarms = self.pairs(over_x[alarm], over_y[alarm])
         return HazardReport(races, alarms.drop(columns="overlapped"), gaps, self.dropped, lanes,
-                            self.acc["checked"], self.broken, lifetime=self.lifetime)  # fmt: skip
+                            self.acc["checked"], self.broken, lifetime=self.lifetime,
+                            ownership=self.ownership)  # fmt: skip
 
 
 def prepare(trace: Trace, drop_objects: Iterable[str] = ()) -> Prepared:
@@ -183,7 +196,7 @@ def prepare(trace: Trace, drop_objects: Iterable[str] = ()) -> Prepared:
     spans = require(trace.spans, "spans", SPAN_NEEDS)
     accesses = require(trace.accesses, "accesses", ACCESS_NEEDS)
     syncs = require(trace.syncs, "syncs", SYNC_NEEDS)
-    is_event = accesses["mode"].isin(S.LIFETIME_MODES).to_numpy(bool)
+    is_event = accesses["mode"].isin(S.ALLOCATOR_MODES).to_numpy(bool)
     allocator_events, accesses = accesses[is_event], accesses[~is_event]
     dropped = tuple(drop_objects)
     if dropped and not syncs.empty:
@@ -209,11 +222,23 @@ def prepare(trace: Trace, drop_objects: Iterable[str] = ()) -> Prepared:
     gaps += pair_gaps
     clocks = _LaneClocks(syncs, src, lanes, gaps)
     acc, orphan_gaps = _access_table(spans, accesses, lanes, ranks)
-    gaps += orphan_gaps
+    # an acquire inside an access span is a gap, and orders the span's accesses
+    acc["start"], inside = instrumentation.entry_times(spans, acc, syncs, lanes)
+    gaps += orphan_gaps + inside + instrumentation.unsubmitted_waits(trace)
     gaps += _truncation_gaps(spans)
     events, _ = _access_table(spans, allocator_events, lanes, ranks)
-    lifetime = _lifetime(spans, acc, events, clocks)
-    return Prepared(spans, syncs, clocks.src, lanes, clocks, acc, gaps, dropped, broken, lifetime)
+    lifetime = _lifetime(spans, acc, _rows(events, np.isin(events["mode"], S.LIFETIME_MODES)),
+                         clocks)  # fmt: skip
+    dp_of_pid = {pid: dp for pid, (dp, _) in ranks.items()}
+    ownership = find_ownership(trace, spans, acc, events, lanes, dp_of_pid, clocks.happens_before)
+    return Prepared(spans, syncs, clocks.src, lanes, clocks, acc, gaps, dropped, broken, lifetime,
+                    ownership)  # fmt: skip
+
+
+def _rows(table: dict, keep: np.ndarray) -> dict:
+    """The rows ``keep`` of a table of :func:`_access_table`."""
+    rows = {k: v[keep] if isinstance(v, np.ndarray) else v for k, v in table.items()}
+    return rows | {"n": int(keep.sum())}
 
 
 def _lifetime(spans: pd.DataFrame, acc: dict, events: dict, clocks: _LaneClocks) -> pd.DataFrame:
@@ -561,6 +586,7 @@ def _access_table(
         "key": pool_code.astype(np.int64) * nb + block,
         "write": (a["mode"] == S.MODE_WRITE).to_numpy(bool)[rows],
         "free": (a["mode"] == S.MODE_FREE).to_numpy(bool)[rows],
+        "mode": a["mode"].astype(str).to_numpy(dtype=object)[rows],
         "lo": np.where(all_layers, 0, lo),
         "hi": np.where(all_layers, _ALL_LAYERS, hi),
         "start": spans["start"].to_numpy(np.int64)[srow],

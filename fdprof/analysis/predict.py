@@ -233,7 +233,9 @@ def _propagate_wcp(p, holds, landings, h_full, rel_before, is_rel, is_lock, lane
     queue = _hold_queues(holds, h_full, rel_before, lane)
     land_span, land_vc = landings
     span_lane = p.lanes.get_indexer(p.spans["lane"].astype(str).to_numpy()[land_span])
-    span_start = p.spans["start"].to_numpy(np.int64)[land_span]
+    entry = p.spans["start"].to_numpy(np.int64).copy()  # an access span's entry time
+    entry[p.acc["srow"]] = p.acc["start"]
+    span_start = entry[land_span]
     items: list[list] = []  # per lane: sync rows (int) and landings (tuple), in lane order
     times: list[np.ndarray] = []
     for li, rows in enumerate(p.clocks.lane_rows):

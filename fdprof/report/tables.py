@@ -15,7 +15,7 @@ from fdprof.analysis.diff import DiffResult
 from fdprof.analysis.hazards import HazardReport
 from fdprof.analysis.stats import RatioCI
 from fdprof.analysis.whatif import WhatIf
-from fdprof.report import python_time
+from fdprof.report import ownership, python_time
 from fdprof.report.document import Bullets, Document, Table, Verdict
 from fdprof.report.units import duration, signed_duration
 
@@ -59,6 +59,8 @@ def hazards_document(report: HazardReport) -> Document:
             verdict += f"; BROKEN LOCK {', '.join(report.untrusted_locks)}"
         if c["lifetime"]:
             verdict += f"; {c['lifetime']} access(es) outside their block's lifetime"
+        if c["ownership"]:
+            verdict += f"; {c['ownership']} ownership finding(s)"
     summary = [
         f"{report.accesses:,} KV-block access(es) on {len(report.lanes)} lane(s) checked",
         f"{c['races']} race(s): {c['overlaps']} overlapped in time this run, {c['latent']} latent"
@@ -69,6 +71,12 @@ def hazards_document(report: HazardReport) -> Document:
         summary.append(
             f"{c['lifetime']} access(es) outside their block's lifetime (the allocator's frees "
             "checked against every access): used after the free, or freed while in use"
+        )
+    if c["ownership"]:
+        summary.append(
+            f"{c['ownership']} ownership finding(s): blocks handed out, freed or written while "
+            "another request held them, used without a hold or after their content was "
+            "reused, freed under a transfer, or reference counts below zero or leaked"
         )
     if report.predicted is not None:
         summary.append(
@@ -92,6 +100,7 @@ def hazards_document(report: HazardReport) -> Document:
         _kinds_table(report.kinds),
         _frame_table("Accesses outside their block's lifetime", report.lifetime,
                      ["kind", "pool", "block", "blocks", "name_a", "lane_a", "name_b", "lane_b"]),
+        *(ownership.tables(report.ownership) if c["ownership"] else []),
         _pairs_table("Races (unordered conflicting accesses)", report.races, with_overlap=True),
         *([] if report.predicted is None else [_pairs_table(
             "Predicted races (WCP: ordered this run only by the lock's chance order)",
@@ -99,7 +108,8 @@ def hazards_document(report: HazardReport) -> Document:
         _pairs_table("Clock alarms (ordered, yet overlapping in time)", report.alarms),
         _frame_table("Instrumentation gaps (not races)", report.gaps,
                      ["kind", "lane", "obj", "seq", "detail"]),
-    ], Verdict(verdict, ok, _kind_lines(report.kinds)), report.to_json())  # fmt: skip
+    ], Verdict(verdict, ok, _kind_lines(report.kinds) + ownership.kind_lines(report.ownership)),
+        report.to_json())  # fmt: skip
 
 
 def what_if_document(w: WhatIf) -> Document:

@@ -47,6 +47,15 @@ def test_unsafe_verdict_names_the_runs_and_numbers():
     assert "95% CI 0.900-1.200" in v.line
 
 
+def test_ownership_findings_make_a_run_unsafe():
+    gain = RatioCI(1.2, 1.1, 1.3, 0.95, "gain", "t")
+    runs = [RunSafety("base #0", "base", 0, 0, 0), RunSafety("new #0", "new", 0, 0, 0,
+                                                             ownership=3)]  # fmt: skip
+    v = Verdict(gain, LABELS, runs)
+    assert (v.safety, v.exit_code) == ("UNSAFE", 1)
+    assert "ownership findings 3" in v.line and v.to_json()["ownership_findings"] == 3
+
+
 def test_race_kinds_merge_over_runs():
     kind = {"name_a": "execute_model", "role_a": "worker", "name_b": "swap",
             "role_b": "transfer", "modes": "rw", "pairs": 3, "overlapped": 1}  # fmt: skip

@@ -1,0 +1,122 @@
+"""Instrumentation gaps the model finds beyond sync pairing: acquires recorded inside an
+access span, and waits on transfer jobs that were never submitted. Gaps, never races.
+
+Acquires inside an access span. Why: an access span says "these blocks were read and written
+here". If it opens before the waits that order those accesses (vLLM's worker waits for
+deferred stores, then runs the forward; a span opened when the method is entered holds both),
+the waits' acquires fall *inside* the span, and by the model's rule (an access happens after
+the acquires at or before its span's start) they order nothing of it: correct code reads as a
+race. Whatever adapter
+misplaces its span next, the model must say so as what it is, not as a race.
+
+Rule (conservative, for the verdict): an acquire on lane L strictly inside a finished access
+span S of L (``S.start < t < S.end``) is a ``sync_in_access_span`` gap naming the span and
+the object, and S's accesses take the clock after the last such acquire, as if S had opened
+there: the acquire orders all of S's accesses. That can hide a race only between an access
+that really ran before the acquire and whatever the acquire ordered, which the gap reports.
+Releases inside a span are left as they are: an access is ordered before the releases at or
+after its span's end only (a completion signalled before the copy is done is a race).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from fdprof import semconv as S
+from fdprof.trace.model import Trace
+
+SYNC_IN_ACCESS_SPAN = "sync_in_access_span"
+#: a wait on jobs the waiter never submitted: it completes nothing, so it orders nothing (an
+#: adapter records completion edges only for jobs it saw submitted, and this for the rest)
+WAIT_UNSUBMITTED = "wait_unsubmitted"
+
+
+def entry_times(
+    spans: pd.DataFrame, acc: dict[str, Any], syncs: pd.DataFrame, lanes: pd.Index
+) -> tuple[np.ndarray, list[dict[str, Any]]]:
+    """Each access's entry time (its span's start, or the last acquire of its lane strictly
+    inside its span) and one gap per (lane, span name, object) with acquires inside access
+    spans: the first span and time, how many spans."""
+    start = acc["start"]
+    if acc["n"] == 0 or syncs.empty:
+        return start, []
+    acquires = syncs[(syncs["op"] == S.ACQUIRE).to_numpy(bool)]
+    a_lane = lanes.get_indexer(acquires["lane"].astype(str).to_numpy())
+    a_time = acquires["time"].to_numpy(np.int64)
+    a_rows = np.arange(len(acquires))
+    entry = start.copy()
+    found: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # (access rows, lo, hi) per lane
+    lane_rows: dict[int, np.ndarray] = {}
+    for li in np.unique(acc["lane"]).tolist():
+        mine = a_rows[a_lane == li]
+        if not len(mine):
+            continue
+        mine = mine[np.lexsort((mine, a_time[mine]))]
+        times = a_time[mine]
+        on = np.flatnonzero(acc["lane"] == li)
+        lo = np.searchsorted(times, start[on], "right")
+        hi = np.searchsorted(times, acc["end"][on], "left")
+        inside = hi > lo
+        if inside.any():
+            rows = on[inside]
+            entry[rows] = times[hi[inside] - 1]
+            found.append((rows, lo[inside], hi[inside]))
+            lane_rows[li] = mine
+    return entry, _gaps(spans, acc, acquires, lanes, found, lane_rows)
+
+
+def unsubmitted_waits(trace: Trace) -> list[dict[str, Any]]:
+    """One gap per ``swap_wait`` span that waited on jobs never submitted
+    (``swap.unsubmitted``)."""
+    listed = trace.attr(S.SWAP_UNSUBMITTED)
+    if listed.empty:
+        return []
+    spans = trace.spans.set_index("span_id")
+    out = []
+    for span_id, jobs in listed.items():
+        jobs = [int(j) for j in (jobs or [])]
+        if not jobs or span_id not in spans.index:
+            continue
+        s = spans.loc[span_id]
+        shown = ", ".join(map(str, jobs[:8])) + (" ..." if len(jobs) > 8 else "")
+        out.append({"kind": WAIT_UNSUBMITTED, "lane": str(s["lane"]), "obj": S.SIGNAL_SWAP_DONE,
+                    "seq": jobs[0], "time": int(s["start"]), "span_id": int(span_id),
+                    "detail": f"waited on {len(jobs)} job(s) never submitted ({shown}): no "
+                              "completion edge"})  # fmt: skip
+    return out
+
+
+def _gaps(spans, acc, acquires, lanes, found, lane_rows) -> list[dict[str, Any]]:
+    if not found:
+        return []
+    objs = acquires["obj"].astype(str).to_numpy(dtype=object)
+    seqs = acquires["seq"].to_numpy(np.int64)
+    times = acquires["time"].to_numpy(np.int64)
+    names = spans["name"].astype(str).to_numpy(dtype=object)
+    ids = spans["span_id"].to_numpy(np.int64)
+    lane_names = np.asarray(lanes, dtype=object)
+    groups: dict[tuple[str, str, str], dict[str, Any]] = {}
+    for rows, lo, hi in found:
+        li = int(acc["lane"][rows[0]])
+        srow, first = np.unique(acc["srow"][rows], return_index=True)
+        for s, a, b in zip(srow.tolist(), lo[first].tolist(), hi[first].tolist(), strict=True):
+            for r in lane_rows[li][a:b].tolist():
+                key = (str(lane_names[li]), str(names[s]), str(objs[r]))
+                g = groups.get(key)
+                if g is None:
+                    groups[key] = {"span": int(ids[s]), "time": int(times[r]),
+                                   "seq": int(seqs[r]), "spans": {s}, "acquires": 1}  # fmt: skip
+                else:
+                    g["spans"].add(s)
+                    g["acquires"] += 1
+    return [
+        {"kind": SYNC_IN_ACCESS_SPAN, "lane": lane, "obj": obj, "seq": g["seq"], "time": g["time"],
+         "span_id": g["span"],
+         "detail": f"{g['acquires']} acquire(s) of {obj} inside {len(g['spans'])} {name} "
+                   f"span(s) (first: span {g['span']}): the span opens before the syncs that "
+                   "order its accesses; they were taken as after them"}
+        for (lane, name, obj), g in sorted(groups.items())
+    ]  # fmt: skip
