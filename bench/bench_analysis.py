@@ -2,8 +2,11 @@
 
 Each (analysis, size) runs in a fresh process, so peak memory is that analysis's own: build
 the trace(s), then time ``find_hazards`` (a lockless run with a seeded fault),
-``diff_traces`` (baseline vs that run) or ``predict_races`` (the baseline, beside its own
-``find_hazards``) and sample the resident set size meanwhile. Prints,
+``diff_traces`` (baseline vs that run), ``predict_races`` (the baseline, beside its own
+``find_hazards``) or ``ownership`` (``find_hazards`` on a lockless run whose steps are also
+requests holding, releasing and being handed their blocks, beside ``find_hazards`` on the same
+run without those events: the ownership analysis is the difference) and sample the resident
+set size meanwhile. Prints,
 side by side, wall and CPU seconds, CPU µs per access, peak RSS, and the growth of CPU time
 from one size to the next next to what n log n predicts. Usage:
 ``python bench/bench_analysis.py [--sizes 1e5,1e6,1e7]``.
@@ -65,7 +68,8 @@ def measure(accesses: int, what: str) -> dict:
     from fdprof.analysis.predict import predict_races
 
     steps = max(1, accesses // PER_STEP)
-    new = engine_trace(steps, mode="lockless", seed=2, fault="no-wait-swap-in", **SHAPE)
+    fault = None if what == "ownership" else "no-wait-swap-in"
+    new = engine_trace(steps, mode="lockless", seed=2, fault=fault, **SHAPE)
     out = {"accesses": len(new.accesses), "syncs": len(new.syncs), "spans": len(new.spans)}
     if what == "hazards":
         out["races"] = _timed(out, find_hazards, new).counts["races"]
@@ -76,6 +80,13 @@ def measure(accesses: int, what: str) -> dict:
         _timed(hb, find_hazards, base)
         out["predicted"] = _timed(out, predict_races, base).counts["predicted"]
         out["hb_cpu_s"] = hb["cpu_s"]
+    elif what == "ownership":  # the same run with and without its ownership events
+        owned = engine_trace(steps, mode="lockless", seed=2, ownership=True, **SHAPE)
+        plain: dict = {}
+        _timed(plain, find_hazards, new)
+        report = _timed(out, find_hazards, owned)
+        out.update(accesses=len(new.accesses), events=len(owned.accesses) - len(new.accesses),
+                   findings=report.counts["ownership"], hb_cpu_s=plain["cpu_s"])  # fmt: skip
     else:
         base = engine_trace(steps, mode="baseline", seed=1, **SHAPE)
         out["gain"] = _timed(out, diff_traces, base, new).throughput.ratio
@@ -97,9 +108,10 @@ def _timed(out: dict, fn, *args):
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--sizes", default="1e5,1e6,1e7")
-    ap.add_argument("--analyses", default="hazards,diff,predict",
+    ap.add_argument("--analyses", default="hazards,diff,predict,ownership",
                     help="predict: hazards --predict on the baseline, its CPU time over "
-                    "plain hazards on the same trace")  # fmt: skip
+                    "plain hazards on the same trace; ownership: hazards on a run with "
+                    "ownership events over the same run without them")  # fmt: skip
     ap.add_argument("--one", type=float, default=None, help=argparse.SUPPRESS)
     ap.add_argument("--what", default="hazards", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -122,7 +134,10 @@ def main() -> None:
             print(f"{what:>8} {n:>10,} {r['syncs']:>8,} {r['wall_s']:>7.2f} {r['cpu_s']:>7.2f} "
                   f"{1e6 * r['cpu_s'] / n:>7.2f} {r['mib']:>8.0f} {growth:>10} {expect:>8}"
                   + (f"  predict/hazards cpu {r['cpu_s'] / r['hb_cpu_s']:.2f}x, "
-                     f"{r['predicted']} predicted" if what == "predict" else ""),
+                     f"{r['predicted']} predicted" if what == "predict" else "")
+                  + (f"  with/without {r['events']:,} ownership events: cpu "
+                     f"{r['cpu_s'] / r['hb_cpu_s']:.2f}x (+{r['cpu_s'] - r['hb_cpu_s']:.2f} s), "
+                     f"{r['findings']} findings" if what == "ownership" else ""),
                   flush=True)  # fmt: skip
             prev = r
 

@@ -33,11 +33,14 @@ def fault_outcomes():
 
 
 def _findings(hazards) -> set[tuple[str, ...]]:
-    """What raced with what (span-name pairs) and what lived past its free (kind, user, freer)."""
+    """What raced with what (span-name pairs), what lived past its free (kind, user, freer) and
+    the ownership findings (kind, side a, side b)."""
     races = {frozenset(p) for p in zip(hazards.races.name_a, hazards.races.name_b, strict=True)}
-    life = hazards.lifetime
-    return {tuple(sorted(r)) for r in races} | set(
-        zip(life.kind, life.name_a, life.name_b, strict=True)
+    life, own = hazards.lifetime, hazards.ownership
+    return (
+        {tuple(sorted(r)) for r in races}
+        | set(zip(life.kind, life.name_a, life.name_b, strict=True))
+        | set(zip(own.kind, own.name_a, own.name_b, strict=True))
     )
 
 
@@ -52,6 +55,9 @@ EXPECTED = {
     "store-before-compute-done": ("forward", "swap_copy"),
     "foreign-stream-write": ("forward", "swap_copy"),
     "reuse-staging-buffer": ("swap_copy", "swap_stage"),
+    # the ownership faults: no race needed, the holders and the allocator disagree
+    "lost-ref-on-hit": ("freed_while_held", "block_hold", "block_free"),
+    "free-under-swap-in": ("freed_under_transfer", "swap", "block_free"),
 }
 
 
@@ -105,7 +111,7 @@ def _assert_clean(trace, kv_lock: str) -> None:
     counts = find_hazards(trace).counts
     broken = counts.pop("broken_locks")
     assert broken == 0 or kv_lock == "ipc"
-    zero = ("races", "latent", "overlaps", "clock_alarms", "gaps", "lifetime")
+    zero = ("races", "latent", "overlaps", "clock_alarms", "gaps", "lifetime", "ownership")
     assert counts == dict.fromkeys(zero, 0)
     if kv_lock == "ipc":
         assert what_if_drop_lock(trace).safe

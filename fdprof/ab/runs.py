@@ -24,6 +24,7 @@ from fdprof.analysis.breakdown import DEVICE_PARTS, device_breakdown, step_break
 from fdprof.analysis.device_time import device_overlap, host_overlap
 from fdprof.analysis.hazards import find_hazards
 from fdprof.analysis.predict import predict_races
+from fdprof.analysis.serving import finished_requests, request_latencies
 from fdprof.analysis.whatif import what_if_drop_lock
 from fdprof.errors import FdprofError
 from fdprof.probe.run_manifest import MANIFEST
@@ -160,7 +161,7 @@ def _manifest(run_dir: Path) -> dict[str, Any]:
 def throughput(trace: Trace, breakdown: pd.DataFrame) -> dict[str, float]:
     """The run's throughput in every unit of :data:`UNITS` its trace supports."""
     out: dict[str, float] = {}
-    req = _finished_requests(trace)
+    req = finished_requests(trace)
     if len(req):
         window = (req["end"].max() - req["start"].min()) / 1e9
         if window > 0:
@@ -172,25 +173,6 @@ def throughput(trace: Trace, breakdown: pd.DataFrame) -> dict[str, float]:
             out["tokens/s"] = float(tokens) / step_window
         out["steps/s"] = len(breakdown) / step_window
     return out
-
-
-def _finished_requests(trace: Trace) -> pd.DataFrame:
-    spans = trace.spans
-    return spans[(spans["name"].astype(str) == S.REQUEST) & (spans["end"] != -1)]
-
-
-def request_latencies(trace: Trace) -> pd.DataFrame:
-    """Per finished request, ms: end-to-end (arrival to last token), time to first token and
-    time per output token after the first (from ``fd.first_token_ns`` and
-    ``request.output_tokens`` on the request spans; NaN where a span lacks them)."""
-    req = _finished_requests(trace).set_index("span_id")
-    start, end = req["start"].astype(float), req["end"].astype(float)
-    first = pd.to_numeric(trace.attr(S.FIRST_TOKEN_NS), errors="coerce").reindex(req.index)
-    tokens = pd.to_numeric(trace.attr(S.OUTPUT_TOKENS), errors="coerce").reindex(req.index)
-    ttft = (first.astype(float) - start).where(first.astype(float) >= start)
-    decode = tokens.astype(float) - 1
-    tpot = ((end - first.astype(float)) / decode).where(decode > 0)
-    return pd.DataFrame({"e2e": (end - start) / 1e6, "ttft": ttft / 1e6, "tpot": tpot / 1e6})
 
 
 def _mismatches(trace: Trace, manifest: dict[str, Any]) -> int:

@@ -25,6 +25,7 @@ from fdprof.analysis.breakdown import (
 )
 from fdprof.analysis.columns import json_records, require
 from fdprof.analysis.device_time import device_overlap, host_overlap
+from fdprof.analysis.serving import serving_change
 from fdprof.analysis.stats import RatioCI, difference_ci, ratio_ci, spread
 from fdprof.trace.model import Trace
 
@@ -111,6 +112,9 @@ class DiffResult:
     by_role: pd.DataFrame
     #: as ``moved``, for the GPU time per step (empty unless both traces have device work)
     device_moved: pd.DataFrame = field(default_factory=pd.DataFrame)
+    #: per-request TTFT, TPOT and end-to-end latency, base and new, with the ratio of medians
+    #: (:func:`fdprof.analysis.serving.serving_change`); empty without request spans
+    serving: dict[str, Any] = field(default_factory=dict)
 
     @property
     def cautions(self) -> list[str]:
@@ -140,7 +144,7 @@ class DiffResult:
             "cautions": self.cautions,
         } | ({} if self.device_moved.empty else {
             "gpu_moved": json_records(self.device_moved),
-        })  # fmt: skip
+        }) | ({"serving": self.serving} if self.serving else {})  # fmt: skip
 
 
 def summarize(trace: Trace, label: str = "", step_name: str | None = None) -> RunSummary:
@@ -196,6 +200,7 @@ def diff_traces(
             sb.device.assign(tokens=sb.breakdown["tokens"].to_numpy()),
             sn.device.assign(tokens=sn.breakdown["tokens"].to_numpy()),
             both_tokens, seed, DEVICE_PARTS, "gpu_window"),
+        serving=serving_change(base, new, seed),
     )  # fmt: skip
 
 

@@ -169,8 +169,9 @@ class _Replay:
                     raw += [(FREED_WHILE_HELD, k, int(srow[j]), int(srow[i]), h, r)
                             for h, j in holders.items()]  # fmt: skip
                     referenced = False
-                elif m == S.MODE_UNDERFLOW:
+                elif m == S.MODE_UNDERFLOW:  # below zero: negative, not a count left over
                     raw.append((REFCOUNT_NEGATIVE, k, int(srow[i]), -1, r, ""))
+                    referenced = False
                 self.gen[i] = gen
             if referenced and not holders and int(ev["pool"][lo]) in refcounted:
                 raw.append((REFCOUNT_LEAK, k, int(srow[last_ref]), -1, req[last_ref], ""))

@@ -82,7 +82,15 @@ def add_engine_arguments(p: argparse.ArgumentParser, with_lock: bool = True) -> 
         "host pool as the step is queued (write-through; the copy waits on the step's "
         "compute-done event), so an eviction only drops the device copy",
     )
-    p.add_argument("--fault", choices=FAULTS, default=None, help="seed a protocol bug")
+    p.add_argument(
+        "--fault",
+        choices=FAULTS,
+        default=None,
+        help='seed a protocol bug (docs/engine.md "Faults"); the ownership ones: '
+        "lost-ref-on-hit (a prefix hit takes no reference: the block is freed and handed out "
+        "while the request holds it), free-under-swap-in (a swap-in's host blocks are freed "
+        "when it is issued, not once copied); hazards flags them as ownership findings",
+    )
     p.add_argument(
         "--fault-delay-ms",
         type=float,

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -119,6 +120,8 @@ class CacheManager:
         self._stores: dict[int, list[tuple[int, int, bytes]]] = {}
         #: hashes of blocks with a store in flight
         self._storing: set[bytes] = set()
+        #: host blocks the ``free-under-swap-in`` fault gave back early (count per id)
+        self._freed_early: Counter[int] = Counter()
 
     # -- the swap itself -------------------------------------------------------------------
     def issue_swap_task(
@@ -157,6 +160,10 @@ class CacheManager:
                     after_step,
                 )
                 self._port.submit(task)
+                if direction == S.TO_GPU and self.cfg.fault == "free-under-swap-in":
+                    with self.mutex:  # the fault: the host blocks are free while being read
+                        self.cpu.free(cpu_blocks)
+                        self._freed_early.update(cpu_blocks)
                 if is_sync:
                     self._port.wait(task_id)
         if direction == S.TO_CPU:
@@ -184,7 +191,8 @@ class CacheManager:
             fresh = iter(self.gpu.allocate(blocks_needed - resident))
             table, swap_in, pending, waits = [], [], set(), 0
             for e in matched:
-                e.ref += 1
+                if self.cfg.fault != "lost-ref-on-hit":  # the fault: the hit holds no reference
+                    e.ref += 1
                 self.cache.touch(e)
                 if e.gpu is not None:
                     table.append(e.gpu)
@@ -232,7 +240,10 @@ class CacheManager:
         """Swapped-in entries are on the device now; their host copies are dropped."""
         with self.mutex:
             for e in entries:
-                self.cpu.free([e.cpu])
+                if self._freed_early[e.cpu]:  # the free-under-swap-in fault freed it already
+                    self._freed_early[e.cpu] -= 1
+                else:
+                    self.cpu.free([e.cpu])
                 e.cpu, e.gpu, e.swapping_in = None, e.loading_to, False
 
     def poll_loads(self) -> None:
@@ -295,7 +306,9 @@ class CacheManager:
         """A request finished: drop its references and free its uncached blocks."""
         with self.mutex:
             for e in entries:
-                e.ref -= 1
+                # the lost-ref-on-hit fault never took the hit's reference: it drops none below
+                # zero either, so the cache does not leak blocks, only frees them too early
+                e.ref = max(e.ref - 1, 0) if self.cfg.fault == "lost-ref-on-hit" else e.ref - 1
             self.gpu.free(private)
 
     # -- eviction (a background thread of the server's calls these) ------------------------

@@ -26,7 +26,14 @@ SWAP_INS = ("sync", "async")
 #: reuse-staging-buffer (TensorRT-LLM PR #15546: the staging buffer refilled while the copy
 #: out of it is in flight; needs ``--swap-in async``, where swap-ins overlap)
 ASYNC_FAULTS = ("store-before-compute-done", "foreign-stream-write", "reuse-staging-buffer")
-FAULTS = ("no-wait-swap-in", "free-before-swap-out", "ack-before-copy", *ASYNC_FAULTS)
+#: ownership faults, which break who holds a block rather than the order of copies:
+#: lost-ref-on-hit (a prefix hit takes no reference, so eviction frees, and the allocator
+#: hands out again, a block a running request holds), free-under-swap-in (a swap-in's host
+#: blocks go back to the host allocator when the swap-in is issued, not once it has copied
+#: them: an eviction may overwrite them while the swap-in still reads them)
+OWNERSHIP_FAULTS = ("lost-ref-on-hit", "free-under-swap-in")
+FAULTS = ("no-wait-swap-in", "free-before-swap-out", "ack-before-copy", *ASYNC_FAULTS,
+          *OWNERSHIP_FAULTS)  # fmt: skip
 #: what each asynchronous fault needs besides ``device_async`` (see ASYNC_FAULTS)
 _FAULT_NEEDS: dict[str, dict] = {
     "store-before-compute-done": {"store_on_fill": True},

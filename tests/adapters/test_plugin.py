@@ -149,6 +149,6 @@ def test_a_failing_hook_is_counted_and_vllm_goes_on(tmp_path):
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert len(result["ids"]) == 3 and result["free"] == 7  # block 0 is vLLM's null block
-    # before and after the original: two guarded parts of get_new_blocks failed
-    assert result["errors"] == {"BlockPool.get_new_blocks": 2, "BlockPool.free_blocks": 1}
+    # the recording after each original failed, once per call
+    assert result["errors"] == {"BlockPool.get_new_blocks": 1, "BlockPool.free_blocks": 1}
     assert sum("failed, vLLM goes on" in line for line in done.stderr.splitlines()) == 2
