@@ -35,7 +35,7 @@ from fdprof.analysis import instrumentation
 from fdprof.analysis.columns import json_records, require
 from fdprof.analysis.lifetime import empty_violations, lifetime_violations, violations_frame
 from fdprof.analysis.locks import broken_locks, lock_holds, no_broken_locks
-from fdprof.analysis.ownership import empty_findings, find_ownership, ownership_kinds
+from fdprof.analysis.ownership import dense_keys, empty_findings, find_ownership, ownership_kinds
 from fdprof.errors import FdprofError
 from fdprof.trace.model import Trace
 
@@ -227,7 +227,8 @@ def prepare(trace: Trace, drop_objects: Iterable[str] = ()) -> Prepared:
     gaps += orphan_gaps + inside + instrumentation.unsubmitted_waits(trace)
     gaps += _truncation_gaps(spans)
     events, _ = _access_table(spans, allocator_events, lanes, ranks)
-    lifetime = _lifetime(spans, acc, _rows(events, np.isin(events["mode"], S.LIFETIME_MODES)),
+    life = np.flatnonzero(np.isin(events["modes"], S.LIFETIME_MODES))
+    lifetime = _lifetime(spans, acc, _rows(events, np.isin(events["mode"], life)),
                          clocks)  # fmt: skip
     dp_of_pid = {pid: dp for pid, (dp, _) in ranks.items()}
     ownership = find_ownership(trace, spans, acc, events, lanes, dp_of_pid, clocks.happens_before)
@@ -237,7 +238,8 @@ def prepare(trace: Trace, drop_objects: Iterable[str] = ()) -> Prepared:
 
 def _rows(table: dict, keep: np.ndarray) -> dict:
     """The rows ``keep`` of a table of :func:`_access_table`."""
-    rows = {k: v[keep] if isinstance(v, np.ndarray) else v for k, v in table.items()}
+    rows = {k: v[keep] if isinstance(v, np.ndarray) and k != "modes" else v
+            for k, v in table.items()}  # fmt: skip
     return rows | {"n": int(keep.sum())}
 
 
@@ -248,7 +250,7 @@ def _lifetime(spans: pd.DataFrame, acc: dict, events: dict, clocks: _LaneClocks)
         return empty_violations()
     pool_code = pd.factorize(np.concatenate([acc["pool"], events["pool"]]))[0]
     block = np.concatenate([acc["block"], events["block"]])
-    key = np.unique(np.stack([pool_code, block]), axis=1, return_inverse=True)[1].ravel()
+    key = dense_keys(pool_code, block)
     cols = ("lane", "start", "end")
     kind, x, e = lifetime_violations(
         {"key": key[acc["n"] :], "free": events["free"], **{c: events[c] for c in cols}},
@@ -578,6 +580,7 @@ def _access_table(
     lo = a["layer_lo"].to_numpy(np.int64)[rows]
     hi = a["layer_hi"].to_numpy(np.int64)[rows]
     all_layers = (lo < 0) & (hi < 0)
+    mode_code, modes = pd.factorize(a["mode"])
     acc = {
         "n": len(rows),
         "checked": len(a),
@@ -586,7 +589,10 @@ def _access_table(
         "key": pool_code.astype(np.int64) * nb + block,
         "write": (a["mode"] == S.MODE_WRITE).to_numpy(bool)[rows],
         "free": (a["mode"] == S.MODE_FREE).to_numpy(bool)[rows],
-        "mode": a["mode"].astype(str).to_numpy(dtype=object)[rows],
+        # the mode of each row as the index of its name in ``modes`` (factorized from the
+        # column as it is: an object array of a million strings costs seconds)
+        "mode": mode_code[rows],
+        "modes": np.asarray(modes, dtype=object),
         "lo": np.where(all_layers, 0, lo),
         "hi": np.where(all_layers, _ALL_LAYERS, hi),
         "start": spans["start"].to_numpy(np.int64)[srow],

@@ -29,8 +29,9 @@ Findings (kinds):
 - ``written_while_held``: a write of a newer generation while a request holding an older
   one is still live (not released before the write);
 - ``read_without_hold``: a request's access to a block it does not hold (never took, or
-  released before) — transfers excepted: an engine may copy a freed block's kept content
-  (vLLM stores finished requests' blocks), judged by the next two kinds instead;
+  released before); for a transfer, only a block its request never held: an engine may copy
+  a released block's kept content (vLLM stores finished requests' blocks), judged by the
+  next two kinds instead;
 - ``read_after_reuse`` / ``transfer_after_reuse``: an access (a request's, a transfer's) of
   one generation after a write of a newer one happened before it: it read, or overwrote,
   content that was no longer its own. (Unordered with that write is a race, reported by
@@ -75,122 +76,189 @@ KINDS = (HANDED_OUT_WHILE_HELD, FREED_WHILE_HELD, WRITTEN_WHILE_HELD, READ_WITHO
 #: before one on lane_b starting at start_b
 HappensBefore = Callable[[np.ndarray, np.ndarray, np.ndarray, np.ndarray], np.ndarray]
 
-#: allocator events: the span's row, lane, times, (pool, block) key, mode, request ("" none)
+#: allocator events: the span's row, lane, times, (pool, block) key, mode, request (an int code
+#: for the request's id, -1 none)
 EVENT_COLUMNS = ["srow", "lane", "start", "end", "span_id", "key", "pool", "mode", "request"]
-#: accesses: as events, plus ``write``, ``transfer`` and a transfer's submission (lane, end;
-#: -1: unknown)
-ACCESS_COLUMNS = ["srow", "lane", "start", "end", "key", "write", "request", "transfer",
-                  "sub_lane", "sub_end"]  # fmt: skip
-#: raw findings: kind, block key, the two sides' span rows (-1: none) and requests
+#: accesses: as events (``pool`` a code, as the events'), plus ``write``, ``transfer`` and a
+#: transfer's submission (the lane and start of its ``issue_swap_task``; -1: unknown)
+ACCESS_COLUMNS = ["srow", "lane", "start", "end", "key", "pool", "write", "request",
+                  "transfer", "sub_lane", "sub_at"]  # fmt: skip
+#: raw findings: kind, block key, the two sides' span rows (-1: none) and request codes
 RAW_COLUMNS = ["kind", "key", "srow_a", "srow_b", "request_a", "request_b"]
 COLUMNS = ["kind", "pool", "blocks", "n_blocks", "request_a", "request_b",
            "span_a", "name_a", "role_a", "lane_a", "step_a",
            "span_b", "name_b", "role_b", "lane_b", "step_b"]  # fmt: skip
 KIND_COLUMNS = ["kind", "name_a", "role_a", "name_b", "role_b", "findings", "blocks", "requests",
                 "first_step"]  # fmt: skip
-_MODE_RANK = {S.MODE_RELEASE: 0, S.MODE_UNREF: 1, S.MODE_FREE: 2, S.MODE_UNDERFLOW: 3,
-              S.MODE_ALLOC: 4, S.MODE_HOLD: 5}  # fmt: skip
+#: an event's mode as a small int, which is also its order among events of one instant and
+#: span (a call drops references, the pool reacts, then it hands out and holds)
+_RELEASE, _UNREF, _FREE, _UNDERFLOW, _ALLOC, _HOLD, _OTHER = range(7)
+_MODE_RANK = {S.MODE_RELEASE: _RELEASE, S.MODE_UNREF: _UNREF, S.MODE_FREE: _FREE,
+              S.MODE_UNDERFLOW: _UNDERFLOW, S.MODE_ALLOC: _ALLOC, S.MODE_HOLD: _HOLD}  # fmt: skip
 
 
 def ownership_violations(
     events: pd.DataFrame, accesses: pd.DataFrame, happens_before: HappensBefore
 ) -> pd.DataFrame:
-    """Every finding (module doc) as raw rows (:data:`RAW_COLUMNS`)."""
+    """Every finding (module doc) as raw rows (:data:`RAW_COLUMNS`). ``events``:
+    :data:`EVENT_COLUMNS`, ``mode`` the event's name (``alloc``, ``hold`` ...), requests as
+    int codes (-1: none); ``accesses``: :data:`ACCESS_COLUMNS`."""
     if events.empty:
         return pd.DataFrame({c: pd.Series(dtype=object) for c in RAW_COLUMNS})
-    ev = _sorted_events(events)
+    codes, names = pd.factorize(events["mode"])
+    ev = {c: events[c].to_numpy() for c in EVENT_COLUMNS if c != "mode"}
+    ev["mode"] = _ranks(names)[codes]
+    x = {c: accesses[c].to_numpy() for c in ACCESS_COLUMNS}
+    return pd.DataFrame(_violations(ev, x, happens_before), columns=RAW_COLUMNS)
+
+
+def _ranks(names: Any) -> np.ndarray:
+    """Each event name's int code (:data:`_MODE_RANK`)."""
+    return np.array([_MODE_RANK.get(str(m), _OTHER) for m in names], dtype=np.int64)
+
+
+def _violations(ev: dict[str, np.ndarray], x: dict[str, np.ndarray], hb: HappensBefore) -> list:
+    """The raw findings of events and accesses as column dicts (``mode`` as int codes)."""
+    span_id, start = ev["span_id"].astype(np.int64), ev["start"].astype(np.int64)
+    order = np.lexsort((ev["mode"], span_id, start, ev["key"].astype(np.int64)))
+    ev = {c: v[order] for c, v in ev.items()}
     replay = _Replay(ev)
     raw = replay.run()
-    if not accesses.empty:
-        judge = _Accesses(ev, replay, accesses, happens_before)
+    if len(x["key"]):
+        judge = _Accesses(ev, replay, x, hb)
         raw += judge.written_while_held()
         raw += judge.by_request()
         raw += judge.freed_under_transfer()
-    return pd.DataFrame(raw, columns=RAW_COLUMNS)
-
-
-def _sorted_events(events: pd.DataFrame) -> dict[str, np.ndarray]:
-    rank = events["mode"].map(_MODE_RANK).to_numpy(np.int64)
-    span_id, start = events["span_id"].to_numpy(np.int64), events["start"].to_numpy(np.int64)
-    order = np.lexsort((rank, span_id, start, events["key"].to_numpy(np.int64)))
-    out = {c: events[c].to_numpy()[order] for c in EVENT_COLUMNS}
-    out["request"] = np.asarray([str(r) for r in out["request"]], dtype=object)
-    return out
+    return raw
 
 
 class _Replay:
-    """The allocator's events of each block in order: generations, holders, the pool's
-    state; the findings the events alone show, and tables for judging accesses."""
+    """The allocator's events of each block in order (``ev``: sorted by block, then allocator
+    order): generations, each request's hold intervals, the pool's state; the findings the
+    events alone show, and tables for judging accesses. Vectorized: a Python step only per
+    finding."""
 
     def __init__(self, ev: dict[str, np.ndarray]) -> None:
         self.ev = ev
-        #: per event: the generation current after it
-        self.gen = np.zeros(len(ev["key"]), dtype=np.int64)
-        #: hand-outs: (event index, generation); holds and releases: (event index)
-        self.allocs: list[tuple[int, int]] = []
-        #: a hand-out made while requests held the block: (alloc index, [(request, hold
-        #: index, release index or -1)])
+        n = len(ev["key"])
+        key, mode = ev["key"], ev["mode"]
+        first = np.ones(n, dtype=bool)
+        first[1:] = key[1:] != key[:-1]
+        bounds = np.flatnonzero(first)
+        group = np.cumsum(first) - 1
+        #: per event: where its block's events begin and end (positions in ``ev``)
+        self.lo = bounds[group]
+        self.hi = np.r_[bounds[1:], n][group]
+        is_alloc = mode == _ALLOC
+        allocs = np.cumsum(is_alloc)
+        #: per event: the generation current after it (hand-outs of its block so far)
+        self.gen = allocs - (allocs[self.lo] - is_alloc[self.lo])
+        #: the hand-outs' positions (sorted by block, then allocator order)
+        self.alloc_idx = np.flatnonzero(is_alloc)
+        #: a hand-out made while requests held the block: (alloc position, [[request, hold
+        #: position, release position or -1]])
         self.suspects: list[tuple[int, list[list[Any]]]] = []
+        self._intervals()
+
+    def _intervals(self) -> None:
+        """Each request's holds of each block as intervals of positions: from a hold (the
+        first of a run) to the release that ends it (-1: held to the end)."""
+        ev = self.ev
+        mode, key = ev["mode"], ev["key"]
+        hr = np.flatnonzero(np.isin(mode, (_HOLD, _RELEASE)))
+        codes = ev["request"][hr]
+        order = np.lexsort((hr, codes, key[hr]))
+        j, c = hr[order], codes[order]
+        k = key[j]
+        same = np.zeros(len(j), dtype=bool)
+        same[1:] = (k[1:] == k[:-1]) & (c[1:] == c[:-1])
+        hold = mode[j] == _HOLD
+        prev_hold = np.zeros(len(j), dtype=bool)
+        prev_hold[1:] = hold[:-1]
+        prev_hold &= same
+        starts = np.flatnonzero(hold & ~prev_hold)
+        ends = np.flatnonzero(~hold & prev_hold)
+        #: releases with no hold before them (positions)
+        self.unheld_releases = j[~hold & ~prev_hold]
+        nxt = np.searchsorted(ends, starts, "right")
+        cand = ends[np.minimum(nxt, max(len(ends) - 1, 0))] if len(ends) else starts
+        closed = (nxt < len(ends)) & (k[cand] == k[starts]) & (c[cand] == c[starts])
+        self.iv_hold = j[starts]
+        self.iv_release = np.where(closed, j[cand], -1)
+        self.iv_request = ev["request"][self.iv_hold]
+        # doubled positions: an interval held to the end stops just before its block's end
+        self.iv_start2 = 2 * self.iv_hold
+        self.iv_end2 = np.where(closed, 2 * self.iv_release, 2 * self.hi[self.iv_hold] - 1)
+        self._starts2 = np.sort(self.iv_start2)
+        self._ends2 = np.sort(self.iv_end2)
+        by_start = np.argsort(self.iv_start2, kind="stable")
+        self._by_start = by_start
+
+    def held_at(self, q2: np.ndarray, lo: np.ndarray) -> np.ndarray:
+        """How many holds are open at doubled position ``q2`` of a block starting at ``lo``."""
+        s, e = self._starts2, self._ends2
+        lo2 = 2 * lo
+        return (np.searchsorted(s, q2) - np.searchsorted(s, lo2)) - (
+            np.searchsorted(e, q2) - np.searchsorted(e, lo2)
+        )
+
+    def holders(self, p: int) -> list[tuple[int, int, int]]:
+        """(request, hold, release or -1) of the holds open at position ``p``."""
+        q2, lo2 = 2 * p, 2 * int(self.lo[p])
+        first = np.searchsorted(self.iv_start2[self._by_start], lo2)
+        last = np.searchsorted(self.iv_start2[self._by_start], q2)
+        mine = self._by_start[first:last]
+        mine = mine[self.iv_end2[mine] > q2]
+        return [(int(self.iv_request[i]), int(self.iv_hold[i]), int(self.iv_release[i]))
+                for i in mine.tolist()]  # fmt: skip
 
     def run(self) -> list[tuple]:
         ev, raw = self.ev, []
         mode, req, key, srow = ev["mode"], ev["request"], ev["key"], ev["srow"]
-        refcounted = {int(p) for p, m in zip(ev["pool"], mode, strict=True)
-                      if m in (S.MODE_UNREF, S.MODE_UNDERFLOW)}  # fmt: skip
-        bounds = np.flatnonzero(np.diff(key)) + 1
-        for lo, hi in zip(np.r_[0, bounds].tolist(), np.r_[bounds, len(key)].tolist(),
-                          strict=True):  # fmt: skip
-            k = int(key[lo])
-            gen, holders, referenced, last_ref = 0, {}, False, -1
-            open_suspects: list[list[Any]] = []
-            for i in range(lo, hi):
-                m, r = mode[i], req[i]
-                if m == S.MODE_ALLOC:
-                    others = [(h, j) for h, j in holders.items() if h != r]
-                    if others:
-                        held = [[h, j, -1] for h, j in others]
-                        self.suspects.append((i, held))
-                        open_suspects += held
-                        raw += [(HANDED_OUT_WHILE_HELD, k, int(srow[j]), int(srow[i]), h, r)
-                                for h, j in others]  # fmt: skip
-                    gen += 1
-                    self.allocs.append((i, gen))
-                    referenced, last_ref = True, i
-                elif m == S.MODE_HOLD:
-                    holders[r] = i
-                    referenced, last_ref = True, i
-                elif m == S.MODE_RELEASE:
-                    if holders.pop(r, None) is None:
-                        raw.append((REFCOUNT_NEGATIVE, k, int(srow[i]), -1, r, ""))
-                    for s in open_suspects:
-                        if s[0] == r and s[2] == -1:
-                            s[2] = i
-                elif m in (S.MODE_UNREF, S.MODE_FREE):
-                    raw += [(FREED_WHILE_HELD, k, int(srow[j]), int(srow[i]), h, r)
-                            for h, j in holders.items()]  # fmt: skip
-                    referenced = False
-                elif m == S.MODE_UNDERFLOW:  # below zero: negative, not a count left over
-                    raw.append((REFCOUNT_NEGATIVE, k, int(srow[i]), -1, r, ""))
-                    referenced = False
-                self.gen[i] = gen
-            if referenced and not holders and int(ev["pool"][lo]) in refcounted:
-                raw.append((REFCOUNT_LEAK, k, int(srow[last_ref]), -1, req[last_ref], ""))
+        n = len(key)
+        pos = np.arange(n)
+        open_now = self.held_at(2 * pos, self.lo)
+        for p in np.flatnonzero((open_now > 0) & (mode == _ALLOC)).tolist():
+            held = [[h, j, r] for h, j, r in self.holders(p) if h != req[p]]
+            if held:
+                self.suspects.append((p, held))
+                raw += [(HANDED_OUT_WHILE_HELD, int(key[p]), int(srow[j]), int(srow[p]), h,
+                         req[p]) for h, j, _ in held]  # fmt: skip
+        freed = (open_now > 0) & np.isin(mode, (_UNREF, _FREE))
+        for p in np.flatnonzero(freed).tolist():
+            raw += [(FREED_WHILE_HELD, int(key[p]), int(srow[j]), int(srow[p]), h, req[p])
+                    for h, j, _ in self.holders(p)]  # fmt: skip
+        negative = np.sort(np.r_[self.unheld_releases, pos[mode == _UNDERFLOW]])
+        raw += [(REFCOUNT_NEGATIVE, int(key[p]), int(srow[p]), -1, req[p], -1)
+                for p in negative.tolist()]  # fmt: skip
+        # a count left: in a pool that counts references, the block's last pool-side event
+        # a hand-out or a hold, and no hold open at the end
+        counted = np.unique(ev["pool"][np.isin(mode, (_UNREF, _UNDERFLOW))])
+        state = np.where(mode != _RELEASE, pos, -1)
+        bounds = np.unique(self.lo)
+        last = np.maximum.reduceat(state, bounds)
+        ok = last >= 0
+        last = last[ok]
+        referenced = np.isin(mode[last], (_ALLOC, _HOLD))
+        nobody = self.held_at(2 * self.hi[last] - 1, self.lo[last]) == 0
+        leak = last[referenced & nobody & np.isin(ev["pool"][last], counted)]
+        raw += [(REFCOUNT_LEAK, int(key[p]), int(srow[p]), -1, req[p], -1)
+                for p in leak.tolist()]  # fmt: skip
         return raw
 
 
 class _Accesses:
     """Accesses judged against the replayed events (module doc)."""
 
-    def __init__(self, ev, replay: _Replay, accesses: pd.DataFrame, hb: HappensBefore) -> None:
+    def __init__(self, ev, replay: _Replay, x: dict[str, np.ndarray], hb: HappensBefore) -> None:
         self.ev, self.replay, self.hb = ev, replay, hb
-        self.x = {c: accesses[c].to_numpy() for c in ACCESS_COLUMNS}
-        self.x["request"] = np.asarray([str(r) for r in self.x["request"]], dtype=object)
-        alloc_idx = np.array([i for i, _ in replay.allocs], dtype=np.int64)
-        self.alloc_idx = alloc_idx  # in event order: sorted by key, then allocator order
+        self.x = x
+        self.alloc_idx = replay.alloc_idx  # sorted by key, then allocator order
         # every write's generation: the latest hand-out of its block before it
         w = np.flatnonzero(self.x["write"].astype(bool))
         self.w = w
-        last = self._last_before(alloc_idx, self.x["key"][w], self.x["lane"][w], self.x["start"][w])
+        x = self.x
+        last = self._last_before(self.alloc_idx, x["key"][w], x["lane"][w], x["start"][w])
         self.w_gen = self._alloc_gen(last)
 
     def _alloc_gen(self, pos: np.ndarray) -> np.ndarray:
@@ -264,7 +332,7 @@ class _Accesses:
                 if release >= 0 and self._event_before(release, first):
                     continue
                 raw.append((WRITTEN_WHILE_HELD, int(ev["key"][alloc]), int(ev["srow"][hold]),
-                            int(x["srow"][first]), request, str(x["request"][first])))  # fmt: skip
+                            int(x["srow"][first]), request, int(x["request"][first])))  # fmt: skip
         return raw
 
     def _event_before(self, event: int, row: int) -> bool:
@@ -278,39 +346,44 @@ class _Accesses:
         request never held the block) by the hand-out before their submission."""
         ev, x, raw = self.ev, self.x, []
         mode = ev["mode"]
-        mine = np.flatnonzero(np.isin(mode, (S.MODE_HOLD, S.MODE_RELEASE)))
-        codes = pd.factorize(np.concatenate([ev["request"][mine], x["request"]]))[0]
-        n_req = int(codes.max(initial=0)) + 1
-        combo = ev["key"][mine].astype(np.int64) * n_req + codes[: len(mine)]
+        mine = np.flatnonzero(np.isin(mode, (_HOLD, _RELEASE)))
+        n_req = int(max(ev["request"].max(initial=-1), x["request"].max(initial=-1))) + 2
+        combo = ev["key"][mine].astype(np.int64) * n_req + ev["request"][mine] + 1
         order = np.lexsort((np.arange(len(mine)), combo))  # stable: allocator order kept
         idx, combo = mine[order], combo[order]
-        is_hold = mode[idx] == S.MODE_HOLD
+        is_hold = mode[idx] == _HOLD
         # per position: the latest hold at or before it of the same (block, request)
         last_hold = np.maximum.accumulate(np.where(is_hold, np.arange(len(idx)), -1))
         same = last_hold >= 0
         same[same] = combo[last_hold[same]] == combo[same]
         last_hold = np.where(same, last_hold, -1)
-        named = np.flatnonzero(x["request"] != "")
+        # a request is judged by its holds only in pools where holds are recorded (vLLM's
+        # host pool has none: its blocks belong to the offloading manager, not to requests)
+        held_pools = np.unique(ev["pool"][mode == _HOLD])
+        by_holds = (x["request"] >= 0) & np.isin(x["pool"], held_pools)
+        named = np.flatnonzero(by_holds)
         transfer = x["transfer"].astype(bool)
-        unjudged = np.flatnonzero((x["request"] == "") & transfer)
+        unjudged = np.flatnonzero(~by_holds & transfer)
         if len(named):
-            q_combo = x["key"][named].astype(np.int64) * n_req + codes[len(mine) :][named]
+            q_combo = x["key"][named].astype(np.int64) * n_req + x["request"][named] + 1
             last = self._last_before_combo(idx, combo, q_combo, named)
             has = last >= 0
             released = np.zeros(len(named), dtype=bool)
             released[has] = ~is_hold[last[has]]
             hold = np.where(has, last_hold[np.maximum(last, 0)], -1)
-            for q in np.flatnonzero(~transfer[named] & (~has | released)).tolist():
+            # a request's access without its hold; a transfer for a request that never held
+            # the block (one that released it may still copy its kept content)
+            for q in np.flatnonzero((~transfer[named] & released) | ~has).tolist():
                 rel = int(ev["srow"][idx[last[q]]]) if has[q] else -1
                 raw.append((READ_WITHOUT_HOLD, int(x["key"][named[q]]), int(x["srow"][named[q]]),
-                            rel, str(x["request"][named[q]]), ""))  # fmt: skip
+                            rel, int(x["request"][named[q]]), -1))  # fmt: skip
             judged = hold >= 0
             raw += self._stale(named[judged], self.replay.gen[idx[hold[judged]]])
             unjudged = np.r_[unjudged, named[~judged & transfer[named]]]
         if len(unjudged):
             sub = x["sub_lane"][unjudged] >= 0
             lane = np.where(sub, x["sub_lane"][unjudged], x["lane"][unjudged])
-            at = np.where(sub, x["sub_end"][unjudged], x["start"][unjudged])
+            at = np.where(sub, x["sub_at"][unjudged], x["start"][unjudged])
             last = self._last_before(self.alloc_idx, x["key"][unjudged], lane, at)
             has = last >= 0
             raw += self._stale(unjudged[has], self._alloc_gen(last)[has])
@@ -340,7 +413,7 @@ class _Accesses:
         return [
             (TRANSFER_AFTER_REUSE if x["transfer"][rows[q]] else READ_AFTER_REUSE,
              int(x["key"][rows[q]]), int(x["srow"][rows[q]]), int(x["srow"][newer[q]]),
-             str(x["request"][rows[q]]), str(x["request"][newer[q]]))
+             int(x["request"][rows[q]]), int(x["request"][newer[q]]))
             for q in hit.tolist()
         ]  # fmt: skip
 
@@ -349,7 +422,7 @@ class _Accesses:
         it completed: candidates are the transfers submitted since the block's hand-out
         before the free."""
         ev, x, raw = self.ev, self.x, []
-        frees = np.flatnonzero(ev["mode"] == S.MODE_FREE)
+        frees = np.flatnonzero(ev["mode"] == _FREE)
         t = np.flatnonzero(x["transfer"].astype(bool) & (x["sub_lane"] >= 0))
         if not len(frees) or not len(t):
             return raw
@@ -371,24 +444,23 @@ class _Accesses:
                 continue
             n = len(cand)
             f_lane, f_start = np.repeat(ev["lane"][f], n), np.repeat(ev["start"][f], n)
-            submitted = self.hb(x["sub_lane"][cand], x["sub_end"][cand], f_lane, f_start)
+            submitted = self.hb(x["sub_lane"][cand], x["sub_at"][cand], f_lane, f_start)
             done = self.hb(x["lane"][cand], x["end"][cand], f_lane, f_start)
             for c in cand[submitted & ~done].tolist():
                 raw.append((FREED_UNDER_TRANSFER, int(k), int(x["srow"][c]), int(ev["srow"][f]),
-                            str(x["request"][c]), str(ev["request"][f])))  # fmt: skip
+                            int(x["request"][c]), int(ev["request"][f])))  # fmt: skip
         return raw
 
 
-def findings_frame(spans: pd.DataFrame, raw: pd.DataFrame, key_pool: dict[int, str],
-                   key_block: dict[int, int]) -> pd.DataFrame:  # fmt: skip
+def findings_frame(spans: pd.DataFrame, raw: pd.DataFrame) -> pd.DataFrame:
     """One row per (kind, span a, span b, requests, pool), the blocks they share listed as
-    ``gpu:7`` (:data:`COLUMNS`); a side with no span has span -1 and empty names."""
+    ``gpu:7`` (:data:`COLUMNS`); a side with no span has span -1 and empty names. ``raw``:
+    :data:`RAW_COLUMNS` with ``pool`` and ``block`` and the requests as names."""
     if raw.empty:
         return empty_findings()
-    raw = raw.drop_duplicates()
-    pools = [key_pool[int(k)] for k in raw["key"]]
-    blocks = [f"{p}:{key_block[int(k)]}" for p, k in zip(pools, raw["key"], strict=True)]
-    frame = raw.assign(pool=pools, block=blocks)
+    raw = raw.drop_duplicates(["kind", "key", "srow_a", "srow_b", "request_a", "request_b"])
+    blocks = [f"{p}:{b}" for p, b in zip(raw["pool"], raw["block"], strict=True)]
+    frame = raw.assign(block=blocks)
     keys = ["kind", "srow_a", "srow_b", "request_a", "request_b", "pool"]
     grouped = frame.groupby(keys, sort=False)["block"].agg(
         lambda b: sorted(set(b), key=_block_order)
@@ -408,7 +480,7 @@ def findings_frame(spans: pd.DataFrame, raw: pd.DataFrame, key_pool: dict[int, s
         safe = np.maximum(rows, 0)
         out[f"span_{side}"] = np.where(has, spans["span_id"].to_numpy(np.int64)[safe], -1)
         for c in ("name", "role", "lane"):
-            values = spans[c].astype(str).to_numpy(dtype=object)[safe]
+            values = spans[c].iloc[safe].astype(str).to_numpy(dtype=object)
             out[f"{c}_{side}"] = np.where(has, values, "")
         out[f"step_{side}"] = np.where(has, spans["step"].to_numpy(np.int64)[safe], -1)
     result = pd.DataFrame(out)[COLUMNS]
@@ -456,110 +528,162 @@ def find_ownership(
 ) -> pd.DataFrame:
     """The findings of ``trace`` (:data:`COLUMNS`) from the hazards analysis's tables: its
     access table ``acc`` and allocator-event table ``events`` (numpy columns, pools scoped per
-    DP group and TP rank, ``acc['start']`` the entry times), its lanes and happens-before."""
+    DP group and TP rank, ``acc['start']`` the entry times, ``events['mode']`` indices into
+    ``events['modes']``), its lanes and happens-before."""
     if events["n"] == 0:
         return empty_findings()
     pool = np.concatenate([events["pool"], acc["pool"]])
     block = np.concatenate([events["block"], acc["block"]])
     pool_code, pool_names = pd.factorize(pool)
-    key = np.unique(np.stack([pool_code, block]), axis=1, return_inverse=True)[1].ravel()
-    ev_key, acc_key = key[: events["n"]], key[events["n"] :]
-    requests = _requests(trace)
-    span_ids = spans["span_id"].to_numpy(np.int64)
-    ev_frame = pd.DataFrame({
+    key = dense_keys(pool_code, block)
+    index = pd.Index(spans["span_id"].to_numpy(np.int64))
+    span_req, names = _requests(trace, index)
+    ev = {
         "srow": events["srow"], "lane": events["lane"], "start": events["start"],
-        "end": events["end"], "span_id": span_ids[events["srow"]], "key": ev_key,
-        "pool": pool_code[: events["n"]], "mode": events["mode"],
-        "request": requests.reindex(span_ids[events["srow"]]).fillna("").to_numpy(dtype=object),
-    })  # fmt: skip
-    span_lane = lanes.get_indexer(spans["lane"].astype(str).to_numpy())
-    accesses = _accesses(trace, spans, acc, acc_key, requests, dp_of_pid, span_lane)
-    raw = ownership_violations(ev_frame, accesses, happens_before)
-    key_pool = dict(zip(key.tolist(), np.asarray(pool_names, dtype=object)[pool_code].tolist(),
-                        strict=True))  # fmt: skip
-    key_block = dict(zip(key.tolist(), block.tolist(), strict=True))
-    return findings_frame(spans, raw, key_pool, key_block)
+        "end": events["end"], "span_id": index.to_numpy()[events["srow"]],
+        "key": key[: events["n"]], "pool": pool_code[: events["n"]],
+        "mode": _ranks(events["modes"])[events["mode"]], "request": span_req[events["srow"]],
+    }  # fmt: skip
+    x = _accesses(trace, spans, index, acc, key[events["n"] :], pool_code[events["n"] :],
+                  span_req, dp_of_pid, lanes)  # fmt: skip
+    raw = pd.DataFrame(_violations(ev, x, happens_before), columns=RAW_COLUMNS)
+    if raw.empty:
+        return empty_findings()
+    # the keys found: their pool and block, and the request codes as names
+    uniq, where = np.unique(key, return_index=True)
+    first = where[np.searchsorted(uniq, raw["key"].to_numpy(np.int64))]  # a row with that key
+    raw = raw.assign(
+        pool=np.asarray(pool_names, dtype=object)[pool_code[first]], block=block[first],
+        request_a=_names(raw["request_a"], names), request_b=_names(raw["request_b"], names),
+    )  # fmt: skip
+    return findings_frame(spans, raw)
 
 
-def _requests(trace: Any) -> pd.Series:
-    """span id -> its ``fd.request_id`` as text (engines write ints or strings)."""
+def _names(codes: pd.Series, names: np.ndarray) -> np.ndarray:
+    c = codes.to_numpy(np.int64)
+    return np.where(c >= 0, names[np.maximum(c, 0)] if len(names) else "", "")
+
+
+def dense_keys(pool_code: np.ndarray, block: np.ndarray) -> np.ndarray:
+    """(pool, block) as one int64 per row: packed when the ids allow it, else numbered."""
+    block = block.astype(np.int64)
+    lo, hi = (int(block.min()), int(block.max())) if len(block) else (0, 0)
+    span = hi - lo + 1
+    if lo >= 0 and span * (int(pool_code.max(initial=0)) + 1) < 2**62:
+        return pool_code.astype(np.int64) * span + (block - lo)
+    return np.unique(np.stack([pool_code, block]), axis=1, return_inverse=True)[1].ravel()
+
+
+def _requests(trace: Any, index: pd.Index) -> tuple[np.ndarray, np.ndarray]:
+    """Per span row (``index``: the span ids), the code of its ``fd.request_id`` (-1: none),
+    and the codes' names as text (engines write ints or strings)."""
+    span_req = np.full(len(index), -1, dtype=np.int64)
     values = trace.attr(S.REQUEST_ID)
     if values.empty:
-        return pd.Series(dtype=object)
-    return pd.Series([str(v) for v in values.tolist()], index=values.index, dtype=object)
+        return span_req, np.empty(0, dtype=object)
+    codes, uniques = pd.factorize(values)
+    rows = index.get_indexer(values.index.to_numpy())
+    span_req[rows[rows >= 0]] = codes[rows >= 0]
+    return span_req, np.array([str(u) for u in uniques], dtype=object)
 
 
-def _accesses(trace, spans, acc, acc_key, requests, dp_of_pid, span_lane) -> pd.DataFrame:
-    """The access table with each access's request (one row per request whose
-    ``scheduled_request`` child of the access span lists the block; "" where none does) and,
-    for transfers, their submission."""
-    n = acc["n"]
-    base = pd.DataFrame({
-        "arow": np.arange(n), "srow": acc["srow"], "lane": acc["lane"], "start": acc["start"],
-        "end": acc["end"], "key": acc_key, "block": acc["block"], "write": acc["write"],
-        "gpu": np.array([str(p).startswith(S.POOL_GPU) for p in acc["pool"]], dtype=bool),
-    })  # fmt: skip
-    span_ids = spans["span_id"].to_numpy(np.int64)
-    uses = _uses(trace, spans, requests)
-    if not uses.empty:
-        uses = uses.assign(srow=pd.Index(span_ids).get_indexer(uses["parent"].to_numpy()))
-        named = base[base["gpu"]].merge(uses[["srow", "block", "request"]], on=["srow", "block"])
-        rest = base[~base["arow"].isin(named["arow"])].assign(request="")
-        base = pd.concat([named, rest], ignore_index=True)
-    else:
-        base = base.assign(request="")
+def _accesses(trace, spans, index, acc, acc_key, acc_pool, span_req, dp_of_pid, lanes) -> dict:
+    """The access table (:data:`ACCESS_COLUMNS`) with each access's request code (a row per
+    request whose ``scheduled_request`` child of the access span lists the block; -1 where
+    none does) and, for transfers, their submission."""
+    srow = acc["srow"]
+    rows = np.arange(acc["n"])
+    request = np.full(acc["n"], -1, dtype=np.int64)
+    uses = _uses(trace, spans, index, span_req)
+    if len(uses["parent"]):
+        # a one-to-many join on (span row, block), in numpy: gpu accesses only
+        u_row = index.get_indexer(uses["parent"])
+        width = int(max(acc["block"].max(initial=0), uses["block"].max(initial=0))) + 1
+        u_key = u_row.astype(np.int64) * width + uses["block"]
+        order = np.argsort(u_key, kind="stable")
+        u_key, u_req = u_key[order], uses["request"][order]
+        a_key = srow.astype(np.int64) * width + acc["block"]
+        gpu = _is_gpu(acc["pool"])
+        lo = np.searchsorted(u_key, a_key, "left")
+        hi = np.where(gpu, np.searchsorted(u_key, a_key, "right"), lo)
+        count = np.maximum(hi - lo, 1)
+        rows = np.repeat(rows, count)
+        nth = np.arange(len(rows)) - np.repeat(np.cumsum(count) - count, count)
+        matched = np.repeat(hi > lo, count)
+        at = np.repeat(lo, count) + nth
+        request = np.where(matched, u_req[np.minimum(at, max(len(u_req) - 1, 0))], -1)
+    x = {"srow": srow[rows], "lane": acc["lane"][rows], "start": acc["start"][rows],
+         "end": acc["end"][rows], "key": acc_key[rows], "pool": acc_pool[rows],
+         "write": acc["write"][rows], "request": request}  # fmt: skip
+    n = len(rows)
+    x["transfer"] = np.zeros(n, dtype=bool)
+    x["sub_lane"] = np.full(n, -1, dtype=np.int64)
+    x["sub_at"] = np.full(n, -1, dtype=np.int64)
     task = trace.attr(S.SWAP_TASK_ID)
-    transfer = np.zeros(len(base), dtype=bool)
-    sub_lane = np.full(len(base), -1, dtype=np.int64)
-    sub_end = np.full(len(base), -1, dtype=np.int64)
     if not task.empty:
-        pids = spans["pid"].to_numpy(np.int64)
-        tasks = pd.DataFrame({"span_id": task.index.to_numpy(np.int64),
-                              "task": task.to_numpy(np.int64)})  # fmt: skip
-        tasks["srow"] = pd.Index(span_ids).get_indexer(tasks["span_id"].to_numpy())
-        tasks = tasks[tasks["srow"] >= 0]
-        tasks["dp"] = [dp_of_pid.get(int(p), -1) for p in pids[tasks["srow"].to_numpy()]]
-        names = spans["name"].astype(str).to_numpy(dtype=object)
-        issued = tasks[names[tasks["srow"].to_numpy()] == S.ISSUE_SWAP_TASK]
-        issued = issued.drop_duplicates(["dp", "task"]).set_index(["dp", "task"])
-        of_span = tasks.drop_duplicates("srow").set_index("srow")
-        srow = base["srow"].to_numpy(np.int64)
-        transfer = np.isin(srow, of_span.index.to_numpy())
-        rows = np.flatnonzero(transfer)
-        if len(rows):
-            mine = of_span.loc[srow[rows]]
-            keys = pd.MultiIndex.from_arrays([mine["dp"].to_numpy(), mine["task"].to_numpy()])
-            at = issued.index.get_indexer(keys)
-            ok = at >= 0
-            sub_srow = issued["srow"].to_numpy(np.int64)[np.maximum(at, 0)]
-            sub_lane[rows[ok]] = span_lane[sub_srow[ok]]
-            sub_end[rows[ok]] = spans["end"].to_numpy(np.int64)[sub_srow[ok]]
-            job_request = requests.reindex(span_ids[sub_srow]).fillna("").to_numpy(dtype=object)
-            own = requests.reindex(span_ids[srow[rows]]).fillna("").to_numpy(dtype=object)
-            req = base["request"].to_numpy(dtype=object).copy()
-            req[rows] = np.where(own != "", own, np.where(ok, job_request, ""))
-            base["request"] = req
-    base["transfer"], base["sub_lane"], base["sub_end"] = transfer, sub_lane, sub_end
-    return base[ACCESS_COLUMNS]
+        _transfers(x, spans, index, task, span_req, dp_of_pid, lanes)
+    return x
 
 
-def _uses(trace, spans, requests) -> pd.DataFrame:
-    """(parent span id, block, request) of every ``scheduled_request`` span with a parent:
-    the request's share of its parent's blocks."""
+def _transfers(x, spans, index, task, span_req, dp_of_pid, lanes) -> None:
+    """Mark the transfers' rows of ``x`` (spans with ``swap.task_id``) with their submission
+    (the ``issue_swap_task`` of the same task and DP group) and, without a request of their
+    own, its request."""
+    t_rows = index.get_indexer(task.index.to_numpy())
+    ok = t_rows >= 0
+    t_rows, t_task = t_rows[ok], task.to_numpy(np.int64)[ok]
+    t_dp = np.array([dp_of_pid.get(int(p), -1) for p in
+                     spans["pid"].to_numpy(np.int64)[t_rows]], dtype=np.int64)  # fmt: skip
+    names = spans["name"].iloc[t_rows].astype(str).to_numpy(dtype=object)
+    issued = pd.DataFrame({"dp": t_dp, "task": t_task, "srow": t_rows})[names == S.ISSUE_SWAP_TASK]
+    issued = issued.drop_duplicates(["dp", "task"]).set_index(["dp", "task"])
+    of_span = pd.DataFrame({"dp": t_dp, "task": t_task}, index=t_rows)
+    of_span = of_span[~of_span.index.duplicated()]
+    transfer = np.isin(x["srow"], of_span.index.to_numpy())
+    rows = np.flatnonzero(transfer)
+    x["transfer"] = transfer
+    if not len(rows):
+        return
+    mine = of_span.loc[x["srow"][rows]]
+    keys = pd.MultiIndex.from_arrays([mine["dp"].to_numpy(), mine["task"].to_numpy()])
+    at = issued.index.get_indexer(keys)
+    ok = at >= 0
+    sub_srow = issued["srow"].to_numpy(np.int64)[np.maximum(at, 0)]
+    x["sub_lane"][rows[ok]] = lanes.get_indexer(
+        spans["lane"].iloc[sub_srow[ok]].astype(str).to_numpy()
+    )
+    x["sub_at"][rows[ok]] = spans["start"].to_numpy(np.int64)[sub_srow[ok]]
+    own = span_req[x["srow"][rows]]
+    x["request"][rows] = np.where(own >= 0, own, np.where(ok, span_req[sub_srow], -1))
+
+
+def _is_gpu(pools: np.ndarray) -> np.ndarray:
+    """Whether each (scoped) pool name is a device pool (``gpu``, ``gpu@dp1``, ...)."""
+    codes, names = pd.factorize(pools)
+    return np.array([str(n).startswith(S.POOL_GPU) for n in names], dtype=bool)[codes]
+
+
+def _uses(trace, spans, index, span_req) -> dict[str, np.ndarray]:
+    """(parent span id, block, request code) of every ``scheduled_request`` span with a
+    parent and a request: the request's share of its parent's blocks."""
+    none = {"parent": np.empty(0, np.int64), "block": np.empty(0, np.int64),
+            "request": np.empty(0, np.int64)}  # fmt: skip
     listed = trace.attr(S.KV_BLOCKS)
     if listed.empty:
-        return pd.DataFrame(columns=["parent", "block", "request"])
-    child = spans[(spans["name"].astype(str) == S.SCHEDULED_REQUEST).to_numpy(bool)
-                  & (spans["parent_id"].to_numpy(np.int64) != 0)]  # fmt: skip
-    child = child[child["span_id"].isin(listed.index) & child["span_id"].isin(requests.index)]
-    if child.empty:
-        return pd.DataFrame(columns=["parent", "block", "request"])
-    ids = child["span_id"].to_numpy(np.int64)
-    blocks = listed.reindex(ids).tolist()
+        return none
+    rows = index.get_indexer(listed.index.to_numpy())
+    keep = rows >= 0
+    rows, ids = rows[keep], listed.index.to_numpy(np.int64)[keep]
+    parents = spans["parent_id"].to_numpy(np.int64)[rows]
+    names = spans["name"].iloc[rows].astype(str).to_numpy(dtype=object)
+    ok = (names == S.SCHEDULED_REQUEST) & (parents != 0) & (span_req[rows] >= 0)
+    if not ok.any():
+        return none
+    blocks = listed.reindex(ids[ok]).tolist()
     counts = np.array([len(b or ()) for b in blocks], dtype=np.int64)
-    return pd.DataFrame({
-        "parent": np.repeat(child["parent_id"].to_numpy(np.int64), counts),
+    return {
+        "parent": np.repeat(parents[ok], counts),
         "block": np.fromiter((int(b) for bs in blocks for b in (bs or ())), np.int64,
                              int(counts.sum())),
-        "request": np.repeat(requests.reindex(ids).to_numpy(dtype=object), counts),
-    })  # fmt: skip
+        "request": np.repeat(span_req[rows][ok], counts),
+    }  # fmt: skip

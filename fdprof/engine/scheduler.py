@@ -205,7 +205,8 @@ class Scheduler:
 
     def _finish(self, r: Request) -> None:
         self._holders(I.BLOCK_RELEASE, I.GPU_RELEASE, r.spec.request_id, r.adm.table)
-        held = {e.gpu for e in r.entries}
+        # the cache's blocks, not the request's: its entries' and those it matched at admission
+        held = {e.gpu for e in r.entries} | set(r.adm.table[: len(r.adm.entries)])
         self.cm.release(r.entries, [b for b in r.adm.table if b not in held])
         self.generated += len(r.outputs)
         self.outputs[r.spec.request_id] = list(r.outputs)

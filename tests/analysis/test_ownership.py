@@ -265,3 +265,13 @@ def test_ownership_in_every_output_and_the_exit_code(tmp_path, capsys):
         assert main(["hazards", str(path), "--format", fmt, "--out", str(out)]) == 1
         text = out.read_text()
         assert HANDED_OUT_WHILE_HELD in text and "r3" in text, fmt
+
+
+def test_a_store_for_a_request_that_never_held_the_block_is_flagged():
+    """A store job copying a block of another request's table (a wrong block id): its request
+    never held the block; a request that released it may (vLLM stores finished requests')."""
+    run = Run()
+    run.alloc("r1", 7)
+    run.step({"r1": ((7,), (7,))}, after=lambda: run.store(1, "r2", (7,)))
+    row = run.report().ownership.iloc[0]
+    assert (row["kind"], row["name_a"], row["request_a"]) == (READ_WITHOUT_HOLD, S.SWAP, "r2")

@@ -322,7 +322,7 @@ class WorkerRecorder:
         for req_id, n in out.num_scheduled_tokens.items():
             blocks = tables.get(req_id, [])
             start = computed.get(req_id, 0)
-            used = _block_range(blocks, block_size, 0, start + n)
+            used = [b for b in _block_range(blocks, block_size, 0, start + n) if b]  # 0: null
             writes.update(_block_range(blocks, block_size, start, start + n))
             reads.update(used)
             with p.span(H.SCHEDULED_REQUEST, sid) as rid:
