@@ -58,8 +58,9 @@ class PeakRSS:
         return (self.peak - self.base) / 2**20
 
 
-def measure(accesses: int, what: str) -> dict:
-    """In this process: one size, one analysis (``hazards`` or ``diff``)."""
+def measure(accesses: int, what: str, every: int = 1) -> dict:
+    """In this process: one size, one analysis (``hazards``, ``diff``, ``predict`` or
+    ``ownership``, whose run has a new request every ``every`` steps)."""
     sys.path[:0] = [str(ROOT), str(ROOT / "tests")]  # the synthetic runs are a test fixture
     from synthetic import engine_trace
 
@@ -81,7 +82,8 @@ def measure(accesses: int, what: str) -> dict:
         out["predicted"] = _timed(out, predict_races, base).counts["predicted"]
         out["hb_cpu_s"] = hb["cpu_s"]
     elif what == "ownership":  # the same run with and without its ownership events
-        owned = engine_trace(steps, mode="lockless", seed=2, ownership=True, **SHAPE)
+        owned = engine_trace(steps, mode="lockless", seed=2, ownership=True,
+                             ownership_every=every, **SHAPE)  # fmt: skip
         plain: dict = {}
         _timed(plain, find_hazards, new)
         report = _timed(out, find_hazards, owned)
@@ -112,18 +114,22 @@ def main() -> None:
                     help="predict: hazards --predict on the baseline, its CPU time over "
                     "plain hazards on the same trace; ownership: hazards on a run with "
                     "ownership events over the same run without them")  # fmt: skip
+    ap.add_argument("--ownership-every", type=int, default=1,
+                    help="ownership: every k-th step is a new request's (1: 1.7 events per "
+                    "access, 10: 0.17, as a vLLM run)")  # fmt: skip
     ap.add_argument("--one", type=float, default=None, help=argparse.SUPPRESS)
     ap.add_argument("--what", default="hazards", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.one:
-        print(json.dumps(measure(int(args.one), args.what)))
+        print(json.dumps(measure(int(args.one), args.what, args.ownership_every)))
         return
     print(f"{'analysis':>8} {'accesses':>10} {'syncs':>8} {'wall s':>7} {'cpu s':>7} "
           f"{'us/acc':>7} {'peak MiB':>8} {'cpu growth':>10} {'n log n':>8}")  # fmt: skip
     for what in args.analyses.split(","):
         prev = None
         for size in (int(float(s)) for s in args.sizes.split(",")):
-            cmd = [sys.executable, __file__, "--one", str(size), "--what", what]
+            cmd = [sys.executable, __file__, "--one", str(size), "--what", what,
+                   "--ownership-every", str(args.ownership_every)]  # fmt: skip
             r = json.loads(subprocess.run(cmd, capture_output=True, text=True, check=True)
                            .stdout.strip().splitlines()[-1])  # fmt: skip
             n = r["accesses"]

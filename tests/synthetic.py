@@ -40,13 +40,16 @@ def engine_trace(
     fault_every: int = 10,
     seed: int = 0,
     ownership: bool = False,
+    ownership_every: int = 1,
 ) -> Trace:
     """A run of ``steps`` steps with ``blocks_per_step + writes_per_step + 2*swap_blocks``
     accesses each. ``ownership``: each step is also one request's: before the step is
     dispatched, the request two steps back releases its blocks and the pool frees (``unref``)
     the ones it wrote, the step's written blocks are handed out fresh and the step's request
     holds all its blocks; its ``execute_model`` has a ``scheduled_request`` child naming them
-    (a clean ownership history, for the cost of the check)."""
+    (a clean ownership history, for the cost of the check). ``ownership_every`` k: only every
+    k-th step is a request's (the others write as the same content's generation): about 1.7
+    events per access at k=1, 0.17 at k=10, as a vLLM run's 0.15."""
     if mode not in MODES:
         raise FdprofError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
     if fault not in (None, "no-wait-swap-in"):
@@ -109,30 +112,31 @@ def engine_trace(
     s.access(sw, "gpu", target, "write")
     s.attr(ex, "batch.tokens", np.full(steps, tokens_per_step))
     if ownership:
-        _ownership(s, gpu, blocks_per_step, t0, ex, ex_start)
+        _ownership(s, gpu, blocks_per_step, t0, ex, ex_start, ownership_every)
     return s.build({"source": "synthetic", "mode": mode, "fault": fault, "seed": seed})
 
 
-def _ownership(s, gpu, reads, t0, ex, ex_start) -> None:
-    """The ownership events of :func:`engine_trace` (its docstring), on the engine lane at each
-    step's start: release and unref (two steps back), alloc, hold; then the uses."""
-    steps = len(t0)
-    i = np.arange(steps, dtype=np.int64)
-    back = np.maximum(i - 2, 0)[2:]
-    later = i[2:]
+def _ownership(s, gpu, reads, t0, ex, ex_start, every) -> None:
+    """The ownership events of :func:`engine_trace` (its docstring), on the engine lane at
+    every ``every``-th step's start: release and unref (by the last such request on the same
+    window of blocks), alloc, hold; then the uses."""
+    i = np.arange(0, len(t0), every, dtype=np.int64)
+    lag = 1 if every % 2 == 0 else 2  # the last request on the same window of blocks
+    back, later = i[:-lag], i[lag:]
     rel = s.span(ENGINE, "block_release", t0[later], t0[later], "engine", later)
     s.access(rel, "gpu", gpu[back], "release")
     s.attr(rel, "fd.request_id", back)
     unref = s.span(ENGINE, "block_free", t0[later], t0[later], "engine", later)
     s.access(unref, "gpu", gpu[back, reads:], "unref")
-    alloc = s.span(ENGINE, "block_alloc", t0, t0, "engine", i)
-    s.access(alloc, "gpu", gpu[:, reads:], "alloc")
+    alloc = s.span(ENGINE, "block_alloc", t0[i], t0[i], "engine", i)
+    s.access(alloc, "gpu", gpu[i, reads:], "alloc")
     s.attr(alloc, "fd.request_id", i)
-    hold = s.span(ENGINE, "block_hold", t0, t0, "engine", i)
-    s.access(hold, "gpu", gpu, "hold")
+    hold = s.span(ENGINE, "block_hold", t0[i], t0[i], "engine", i)
+    s.access(hold, "gpu", gpu[i], "hold")
     s.attr(hold, "fd.request_id", i)
-    use = s.span(WORKER, "scheduled_request", ex_start, ex_start, "worker", i, parent=ex)
-    s.access(use, "kv", gpu, "blocks")
+    at = ex_start[i]
+    use = s.span(WORKER, "scheduled_request", at, at, "worker", i, parent=ex[i])
+    s.access(use, "kv", gpu[i], "blocks")
     s.attr(use, "fd.request_id", i)
 
 

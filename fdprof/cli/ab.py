@@ -20,7 +20,8 @@ from fdprof.errors import FdprofError
 EXIT_CODES = """exit codes:
   0  safe: no race, no latent race, no integrity mismatch in any run of either mode
      (and, with --require-gain X, the gain's 95% CI lower bound is at least X)
-  1  unsafe: races, a block used after its free, or corrupted KV blocks in some run
+  1  unsafe: races, a block used after its free, an ownership finding, or corrupted KV
+     blocks in some run
      (the report names the runs)
   2  bad input, or a run that crashed, failed or left no trace (named on stderr)
   3  --require-gain X not met (only when safe: 2 > 1 > 3 > 0)

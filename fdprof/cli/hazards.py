@@ -24,7 +24,10 @@ def register(subparsers) -> None:
         description="Exit 0: no race; 1: races found, or a broken lock (two holds of one lock "
         "at once on different lanes: its edges are then not taken as order), or an access "
         "outside its block's lifetime (used after the allocator's free, or freed while in use; "
-        "where the trace records kv.*_alloc/kv.*_free), or with "
+        "where the trace records kv.*_alloc/kv.*_free), or an ownership finding (a block handed "
+        "out, freed or written while another request holds it, used without a hold or after "
+        "its content was reused, freed under a transfer, a reference count below zero or "
+        "leaked; where the trace records kv.*_hold/kv.*_release), or with "
         "--what-if accesses that only the lock ordered; 2: bad input, or a trace without "
         "KV-block accesses (nothing to check is not clean); with --format json the error is "
         "a JSON object on stdout too.",

@@ -8,7 +8,8 @@ bug into vLLM (:mod:`tests.adapters.vllm_bugs`) if it has one, and runs
 (``VLLM_ENABLE_V1_MULTIPROCESSING=0``), so a patch reaches the engine core and the worker.
 
 Usage: ``python vllm_harness.py PLAN.json`` with ``{"jobs": N, "runs": [{"run_dir", "log",
-"argv", "bug"}]}``; each run's exit status goes to ``<log>.rc``.
+"argv", "bug"}]}``; each run's exit status goes to ``<log>.rc``, its wall time to the
+harness's output.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import atexit
 import json
 import os
 import sys
+import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -66,10 +68,12 @@ def main(plan_path: str) -> int:
                     sys.stdout.flush()
                     sys.stderr.flush()
                     os._exit(code)
-            running[pid] = run
+            running[pid] = run | {"t0": time.monotonic()}
         pid, status = os.wait()
         run = running.pop(pid)
-        Path(run["log"] + ".rc").write_text(str(os.waitstatus_to_exitcode(status)))
+        code = os.waitstatus_to_exitcode(status)
+        Path(run["log"] + ".rc").write_text(str(code))
+        print(f"{run['log']}: exit {code} after {time.monotonic() - run['t0']:.0f} s", flush=True)
     return 0
 
 

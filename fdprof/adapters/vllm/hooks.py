@@ -483,3 +483,4 @@ class FrontendRecorder:
         for sid in self.open.values():
             p.end(sid)
         self.open.clear()
+        self.tokens.clear()
