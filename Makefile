@@ -18,7 +18,7 @@ $(STAMP): pyproject.toml $(wildcard setup.py fdprof/*/*.c)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q torch==2.13.0
 	$(PY) -m pip install -q nvidia-nvtx setuptools wheel
-	$(PY) -m pip install -q --no-build-isolation -e '.[engine,capture,otel,dev]'
+	$(PY) -m pip install -q --no-build-isolation -e '.[engine,capture,otel,dask,dev]'
 	touch $@
 
 venv: $(STAMP)
@@ -46,8 +46,9 @@ $(SCHEMA_STAMP): $(SCHEMA)/package.json $(SCHEMA)/package-lock.json | system-dep
 		echo "make: npm not found; the Grafana schema test will fail (apt-get install nodejs npm)"; \
 	fi
 
+# --force: a second `make demo` replaces out/demo (one consistent report, not two mixed)
 demo: $(STAMP)
-	$(VENV)/bin/fdprof ab --out out/demo
+	$(VENV)/bin/fdprof ab --out out/demo --force
 
 test: system-deps $(STAMP) $(SCHEMA_STAMP) $(VLLM_STAMP)
 	FDPROF_VLLM_PYTHON=$(abspath $(VLLM_PY)) $(PY) -m pytest -q

@@ -16,7 +16,12 @@ logprobs as JSON for that comparison.
 
 Usage: ``python bench/vllm_workload.py --model-dir DIR [--offload async|sync]
 [--offload-fault store-before-compute] [--no-prefix-caching] [--multiprocess]
-[--outputs FILE]``; ``--build-model`` only builds the model.
+[--outputs FILE] [--take-turns DIR I N]``; ``--build-model`` only builds the model.
+``--take-turns DIR I N``: run I of N started together (each given the same DIR) generates its
+rounds in turn with the others, round by round (run 0's first round, run 1's, ..., run 0's
+second round, ...), once all N have started vLLM: runs compared step by step then meet the
+machine's load alike, a second apart, and never compete with each other for its cores (two at
+once on two shared cores ran one of a pair of identical runs 4x slower than the other).
 """
 
 from __future__ import annotations
@@ -26,6 +31,9 @@ import json
 import os
 import random
 import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 #: vLLM's CPU attention backend takes block sizes in multiples of 32
@@ -128,6 +136,37 @@ def calls(args: argparse.Namespace) -> list[tuple[str, list[str], int]]:
                                                 args.fillers))]  # fmt: skip
 
 
+class Turns:
+    """``--take-turns DIR I N``: run ``I`` of ``N`` generates its rounds in turn (module doc).
+    A run marks its start (``started-I``) and each round it finished (``done-T``, T its turn);
+    turn T opens when T rounds are done."""
+
+    TIMEOUT_S = 900.0
+
+    def __init__(self, folder: Path, index: int, count: int) -> None:
+        self.folder, self.index, self.count = folder, index, count
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / f"started-{index}").touch()
+        self._wait(lambda: len(list(folder.glob("started-*"))) >= count, "start")
+
+    @contextmanager
+    def round(self, number: int) -> Iterator[None]:
+        """Round ``number`` of this run: entered on its turn, the turn passed on at exit."""
+        turn = number * self.count + self.index
+        self._wait(lambda: len(list(self.folder.glob("done-*"))) >= turn, f"turn {turn}")
+        try:
+            yield
+        finally:
+            (self.folder / f"done-{turn}").touch()
+
+    def _wait(self, ready, what: str) -> None:
+        deadline = time.monotonic() + self.TIMEOUT_S
+        while not ready():
+            if time.monotonic() > deadline:
+                raise SystemExit(f"--take-turns: {what} did not come in {self.TIMEOUT_S:g} s")
+            time.sleep(0.01)
+
+
 def engine_args(args: argparse.Namespace) -> dict:
     """``LLM(...)`` keyword arguments for this configuration."""
     kwargs = dict(
@@ -185,6 +224,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-model-len", type=int, default=512)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--outputs", type=Path, default=None)
+    ap.add_argument("--take-turns", nargs=3, metavar=("DIR", "I", "N"), default=None,
+                    help="run I of N started together: one round at a time, in turn")  # fmt: skip
     ap.add_argument("--build-model", action="store_true",
                     help="only build the model (for runs started together)")  # fmt: skip
     args = ap.parse_args(argv)
@@ -200,12 +241,16 @@ def main(argv: list[str] | None = None) -> int:
     from vllm import LLM, SamplingParams
 
     llm = LLM(**engine_args(args))
+    turns = None
+    if args.take_turns:
+        turns = Turns(Path(args.take_turns[0]), int(args.take_turns[1]), int(args.take_turns[2]))
     results = []
     for number, (label, prompts, max_tokens) in enumerate(calls(args)):
         params = SamplingParams(temperature=0.0, max_tokens=max_tokens, logprobs=1,
                                 ignore_eos=True)  # fmt: skip
-        for prompt, out in zip(prompts, llm.generate(prompts, params, use_tqdm=False),
-                               strict=True):  # fmt: skip
+        with turns.round(number) if turns else nullcontext():
+            outs = llm.generate(prompts, params, use_tqdm=False)
+        for prompt, out in zip(prompts, outs, strict=True):
             done = out.outputs[0]
             results.append({
                 "round": number,

@@ -15,6 +15,8 @@ EXTRAS = {
     "nvtx": "capture",
     "opentelemetry": "otel",
     "prometheus_client": "otel",
+    "distributed": "dask",
+    "dask": "dask",
 }
 
 

@@ -9,6 +9,8 @@ followed, what it records is the owner's alone, and two runs never write one dir
   permission (0700), whatever the umask (:mod:`fdprof.settings`).
 - :class:`DirectoryLock`: an exclusive ``flock`` on ``DIR/.fdprof.lock`` while a run writes
   ``DIR``; a second run given the same directory refuses at once, before it removes anything.
+- :func:`claim_output`: an output directory that already holds something is refused (a second
+  run would mix its files with the first's), or emptied when the user said ``--force``.
 
 Standard library only: every engine process and a foreign engine's probe import this.
 """
@@ -18,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -41,6 +44,49 @@ def make_dir(path: str | os.PathLike) -> Path:
             raise FdprofError(f"{path}: exists and is not a directory") from None
     else:
         os.chmod(path, mode)
+    return path
+
+
+def resolved(path: str | os.PathLike) -> Path:
+    """``path`` made absolute with its symbolic links resolved; a loop of links, or one that
+    cannot be followed, is bad input (one line), not the ``RuntimeError`` of
+    :meth:`Path.resolve`."""
+    try:
+        return Path(path).resolve()
+    except (RuntimeError, OSError) as exc:
+        raise FdprofError(f"{path}: cannot resolve ({_reason(exc)})") from None
+
+
+def _reason(exc: BaseException) -> str:
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror
+    return "a loop of symbolic links" if "loop" in str(exc).lower() else str(exc)
+
+
+def claim_output(directory: str | os.PathLike, force: bool) -> Path:
+    """``directory`` ready to be written by a run: a new or empty directory as it is; one that
+    holds anything (its lock file aside) refused, unless ``force``, which empties it first:
+    a run never leaves its files mixed with an earlier run's. Call it holding the directory's
+    :class:`DirectoryLock`, so that no run still writing there loses its files."""
+    path = Path(directory)
+    try:
+        entries = sorted(e.name for e in os.scandir(path) if e.name != LOCK_NAME)
+    except OSError as exc:
+        raise FdprofError(f"{path}: cannot list ({exc.strerror or exc})") from None
+    if not entries:
+        return path
+    if not force:
+        shown = ", ".join(entries[:3]) + (", ..." if len(entries) > 3 else "")
+        raise FdprofError(
+            f"{path} is not empty ({len(entries)} entries: {shown}): give a new --out, or "
+            "--force to replace what is there"
+        )
+    for name in entries:
+        entry = path / name
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry)
+        else:
+            entry.unlink()
     return path
 
 

@@ -35,6 +35,10 @@ VLLM_MAIN_PID = "FDPROF_VLLM_MAIN_PID"
 NVTX_DIR = "FDPROF_NVTX_DIR"
 NVTX_CAPACITY_MB = "FDPROF_NVTX_CAPACITY_MB"
 
+# -- Dask (the analyses' --dask, as nsys recipes read it) ---------------------------------
+#: the scheduler ``--dask`` connects to when given no address
+DASK_SCHEDULER_ADDRESS = "DASK_SCHEDULER_ADDRESS"
+
 # -- OpenTelemetry ------------------------------------------------------------------------
 SDK_DISABLED = "OTEL_SDK_DISABLED"
 SERVICE_NAME = "OTEL_SERVICE_NAME"
@@ -106,6 +110,11 @@ def _pairs(name: str, raw: str | None) -> dict[str, str]:
 def run_dir(env: Mapping[str, str] | None = None) -> str | None:
     """``FDPROF_RUN_DIR``: where a process fdprof did not start records (None: nowhere)."""
     return _text(RUN_DIR, env)
+
+
+def dask_scheduler(env: Mapping[str, str] | None = None) -> str | None:
+    """``DASK_SCHEDULER_ADDRESS``: the Dask scheduler of ``--dask`` without an address."""
+    return _text(DASK_SCHEDULER_ADDRESS, env)
 
 
 def vllm_main_pid(env: Mapping[str, str] | None = None) -> int | None:

@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from schemas import validate
 
 from fdprof.cli import build_parser, main
 
@@ -124,6 +125,46 @@ def test_every_json_option_gets_a_json_error_object_on_bad_input(command, tmp_pa
     argv = [a.format(bad=bad, out=tmp_path / "o.json") for a in command]
     assert main(argv) == 2
     captured = capsys.readouterr()
+    validate("error", json.loads(captured.out))
     error = json.loads(captured.out)["error"]
     assert error["command"] == command[0] and error["exit_code"] == 2
     assert f"fdprof {command[0]}: {error['message']}" == captured.err.strip()
+
+
+def test_no_command_prints_the_usage_exit_2():
+    """``fdprof`` alone: its usage and one error line naming the commands, not a traceback."""
+    result = run_fdprof()
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    usage, error = result.stderr.split("\nfdprof: error: ")
+    assert usage.startswith("usage: fdprof ")
+    assert error.strip() == ("no command given (one of ab, convert, diff, export-otlp, "
+                             "hazards, merge, roll, run; fdprof --help)")  # fmt: skip
+
+
+@pytest.mark.parametrize("command", [
+    ["run", "--requests", "4"],
+    ["ab", "--baseline", "true", "--candidate", "true", "--runs", "2"],
+    ["convert", str(TRACES / "lockless"), "--to", "native"],
+])  # fmt: skip
+def test_a_non_empty_out_is_refused_without_force(command, tmp_path):
+    """A second run into a directory that holds anything refuses before it starts, touching
+    nothing; --help says how to replace it."""
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "old-run.json").write_text("{}")
+    argv = [*command, str(out)] if command[0] == "convert" else [*command, "--out", str(out)]
+    result = run_fdprof(*argv)
+    assert result.returncode == 2
+    (line,) = result.stderr.strip().splitlines()
+    assert line == (f"fdprof {command[0]}: {out} is not empty (1 entries: old-run.json): give "
+                    "a new --out, or --force to replace what is there")  # fmt: skip
+    assert [p.name for p in out.iterdir()] == ["old-run.json"]
+    assert "--force" in run_fdprof(command[0], "--help").stdout
+
+
+def test_make_demo_replaces_its_report():
+    """``make demo`` twice leaves one report: the target passes --force (the A/B's own test of
+    --force is tests/ab/test_generic.py)."""
+    makefile = (Path(__file__).resolve().parents[1] / "Makefile").read_text()
+    (line,) = [x for x in makefile.splitlines() if "fdprof ab" in x and "out/demo" in x]
+    assert "--force" in line.split()

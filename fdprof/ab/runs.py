@@ -10,7 +10,6 @@ the ratio is the gain.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,7 +19,13 @@ import pandas as pd
 
 from fdprof import semconv as S
 from fdprof.analysis import python_time
-from fdprof.analysis.breakdown import DEVICE_PARTS, device_breakdown, step_breakdown
+from fdprof.analysis.breakdown import (
+    DEVICE_PARTS,
+    device_breakdown,
+    empty_steps,
+    step_breakdown,
+    working,
+)
 from fdprof.analysis.device_time import device_overlap, host_overlap
 from fdprof.analysis.hazards import find_hazards
 from fdprof.analysis.predict import predict_races
@@ -29,6 +34,7 @@ from fdprof.analysis.whatif import what_if_drop_lock
 from fdprof.errors import FdprofError
 from fdprof.probe.run_manifest import MANIFEST
 from fdprof.trace import load, save
+from fdprof.trace.jsonstream import loads
 from fdprof.trace.model import Trace
 
 #: throughput units, in order of preference (the first every run of a session has wins)
@@ -74,6 +80,10 @@ class RunOutcome:
     manifest: dict[str, Any] = field(default_factory=dict)
     #: py-spy's samples attributed to the spans, raw (summable over runs); None without them
     python_time: tuple[pd.DataFrame, pd.DataFrame] | None = None
+    #: locks whose holds overlapped on two lanes (``HazardReport.untrusted_locks``)
+    untrusted_locks: tuple[str, ...] = ()
+    #: what the trace reader warned about (:class:`fdprof.trace.model.TraceWarning`)
+    warnings: list = field(default_factory=list)
 
     @property
     def name(self) -> str:
@@ -81,8 +91,19 @@ class RunOutcome:
         return f"{self.label} #{self.index}"
 
     @property
+    def working(self) -> pd.DataFrame:
+        """The steps that scheduled tokens (as ``fdprof diff`` counts them)."""
+        return working(self.breakdown)
+
+    @property
     def step_ms(self) -> np.ndarray:
-        return self.breakdown["duration"].to_numpy(float) / 1e6
+        """Durations of the steps that did work (ms)."""
+        return self.working["duration"].to_numpy(float) / 1e6
+
+    @property
+    def empty_steps(self) -> dict[str, float | int | None]:
+        """Count, time (ns) and share of the steps that scheduled no tokens."""
+        return empty_steps(self.breakdown)
 
     def to_json(self, unit: str) -> dict[str, Any]:
         out = {
@@ -92,9 +113,11 @@ class RunOutcome:
             "throughput": self.throughput.get(unit),
             "throughput_unit": unit,
             "steps": len(self.breakdown),
+            "empty_steps": self.empty_steps["count"],
             "requests": len(self.requests),
             "integrity_mismatches": self.mismatches,
             "hazards": self.hazard_counts,
+            "untrusted_locks": list(self.untrusted_locks),
             "trace": str(self.run_dir),
             "perfetto": None if self.perfetto is None else str(self.perfetto),
         }
@@ -125,10 +148,12 @@ def analyse_run(
         mode, label, index, run_dir, throughput(trace, breakdown), breakdown, hazards.counts,
         hazards.kinds, _mismatches(trace, manifest), request_latencies(trace),
         None if wi is None else len(wi.newly_unordered), manifest=manifest,
+        untrusted_locks=hazards.untrusted_locks,
     )  # fmt: skip
     outcome.swap_overlap, outcome.device_breakdown = _device_side(trace, breakdown)
     outcome.timeline, outcome.timeline_window = _timeline_excerpt(trace)
     outcome.python_time = python_time.attribute(trace)
+    outcome.warnings = list(trace.warnings)
     if perfetto_dir is not None:
         perfetto_dir.mkdir(parents=True, exist_ok=True)
         outcome.perfetto = perfetto_dir / f"{mode}-{index}.json"
@@ -144,6 +169,8 @@ def _device_side(
     overlap = {"host": None if host is None else host.ratio,
                "device": None if device is None else device.ratio}  # fmt: skip
     parts = device_breakdown(trace, breakdown)
+    if parts is not None:  # the steps that did work, as the host breakdown
+        parts = parts.loc[working(breakdown).index]
     means = None if parts is None else {p: float(parts[p].mean()) for p in DEVICE_PARTS}
     return overlap, means
 
@@ -153,7 +180,7 @@ def _manifest(run_dir: Path) -> dict[str, Any]:
     if not path.exists():
         return {}
     try:
-        return json.loads(path.read_text())
+        return loads(path.read_text())
     except ValueError as exc:
         raise FdprofError(f"{path}: not JSON ({exc})") from None
 

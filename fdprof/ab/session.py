@@ -24,6 +24,7 @@ from fdprof.ab.runs import UNITS, RunOutcome, analyse_run
 from fdprof.ab.verdict import RunSafety, Verdict, merge_kinds
 from fdprof.analysis import python_time
 from fdprof.analysis.breakdown import PARTS, ideal_speedup
+from fdprof.analysis.serving import SERVING
 from fdprof.analysis.stats import (
     DifferenceCI,
     RatioCI,
@@ -36,9 +37,6 @@ from fdprof.capture.plan import CapturePlan
 from fdprof.errors import FdprofError
 
 BASELINE, CANDIDATE = "baseline", "candidate"
-#: the serving metrics of a request (ms), as the report names them
-SERVING = {"ttft": "time to first token", "tpot": "time per output token",
-           "e2e": "end-to-end latency"}  # fmt: skip
 PERCENTILES = (50, 90, 99)
 
 Progress = Callable[[int, int, str], None]
@@ -82,7 +80,17 @@ class ABResult:
         return [(base[i], new[i]) for i in sorted(base)]
 
     def _part_ms(self, run: RunOutcome) -> pd.Series:
-        return run.breakdown[list(PARTS)].mean() / 1e6
+        """Mean ms per step that did work, by part (``fdprof diff``'s steps)."""
+        return run.working[list(PARTS)].mean() / 1e6
+
+    def empty_steps(self, mode: str) -> dict[str, float | int | None]:
+        """Steps that scheduled no tokens over the mode's runs: count, total ms, share of the
+        step time."""
+        runs = [r.empty_steps for r in self.of(mode)]
+        total = sum(float(r.breakdown["duration"].sum()) for r in self.of(mode))
+        ns = sum(r["total_ns"] for r in runs)
+        return {"count": sum(r["count"] for r in runs), "total_ms": ns / 1e6,
+                "share": ns / total if total else None}  # fmt: skip
 
     def breakdown_ms(self, mode: str) -> dict[str, float]:
         """Mean ms per step in each part, every run weighing the same (as in the gain)."""
@@ -160,7 +168,7 @@ class ABResult:
     @property
     def verdict(self) -> Verdict:
         safety = [RunSafety(r.name, r.label, r.hazard_counts["races"], r.hazard_counts["latent"],
-                            r.mismatches, r.hazard_counts["lifetime"],
+                            r.mismatches, r.hazard_counts["lifetime"], r.untrusted_locks,
                             r.hazard_counts.get("ownership", 0))
                   for r in self.runs]  # fmt: skip
         kinds = merge_kinds([r.race_kinds for r in self.runs])
@@ -186,6 +194,7 @@ class ABResult:
                 "median": float(np.median(tps)),
                 "spread": spread(tps),
                 "step_ms": spread(self.step_ms(mode)),
+                "empty_steps": self.empty_steps(mode),
                 "breakdown_ms": self.breakdown_ms(mode),
                 "swap_overlap": self.swap_overlap(mode),
                 "device_breakdown_ms": self.device_breakdown_ms(mode),

@@ -1,11 +1,12 @@
 """The A/B's verdict: safe or not, faster or not, in one line, and the exit code it gives.
 
 Why one place: the terminal, Markdown, HTML and JSON reports and the exit code must never
-disagree about whether a change is safe. Safe means no race (observed or latent), no
-access outside its block's lifetime, no ownership finding and no integrity mismatch in any run
-of either mode; faster means the gain's 95% CI lies above 1.
-Exit codes follow the contract (docs/architecture.md): 1 unsafe, 3 ``--require-gain`` not
-met, 0 otherwise (2, a crashed run, is raised before there is a verdict); 1 wins over 3.
+disagree about whether a change is safe. Safe is what ``fdprof hazards`` calls safe
+(:mod:`fdprof.analysis.verdicts`), in every run of either mode, plus no integrity mismatch; a
+mode whose lock did not exclude is named in the line, as ``hazards`` names it. Faster means the
+gain's 95% CI lies above 1. Exit codes follow the contract (docs/analysis.md, "Verdicts and exit
+codes"): 1 unsafe, 3 ``--require-gain`` not met, 0 otherwise (2, a crashed run, is raised
+before there is a verdict); 1 wins over 3.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any
 
 import pandas as pd
 
+from fdprof.analysis import verdicts
 from fdprof.analysis.hazards import KIND_KEYS
 from fdprof.analysis.stats import RatioCI
 
@@ -36,13 +38,15 @@ class RunSafety:
     mismatches: int
     #: accesses outside their block's lifetime (use after free, freed while in use)
     lifetime: int = 0
+    #: locks whose holds overlapped on two lanes in this run (named, not unsafe by themselves)
+    untrusted_locks: tuple[str, ...] = ()
     #: ownership findings (blocks handed out or freed while held, stale reads, counts)
     ownership: int = 0
 
     @property
     def safe(self) -> bool:
-        return (self.races == 0 and self.mismatches == 0 and self.lifetime == 0
-                and self.ownership == 0)  # fmt: skip
+        counts = {"races": self.races, "lifetime": self.lifetime, "ownership": self.ownership}
+        return verdicts.safe(counts, self.mismatches)
 
 
 @dataclass(frozen=True)
@@ -78,6 +82,13 @@ class Verdict:
     def unsafe_runs(self) -> list[str]:
         return [r.run for r in self.runs if not r.safe]
 
+    def broken_locks(self, label: str) -> dict[str, Any]:
+        """The locks that did not exclude in the runs of mode ``label``, and in how many."""
+        runs = [r for r in self.runs if r.mode == label]
+        broken = [r for r in runs if r.untrusted_locks]
+        locks = sorted({lock for r in broken for lock in r.untrusted_locks})
+        return {"runs": len(broken), "of": len(runs), "locks": locks}
+
     @property
     def exit_code(self) -> int:
         if not self.safe:
@@ -109,8 +120,19 @@ class Verdict:
         return (
             f"{self.safety}, {self.speed}: gain {g.ratio:.3f}x (95% CI {g.lo:.3f}-{g.hi:.3f}, "
             f"{self.labels[1]} / {self.labels[0]}); races {races}; integrity mismatches "
-            f"{self._total('mismatches')}{where}; {len(self.runs)} runs{required}"
+            f"{self._total('mismatches')}{where}{self._locks_clause()}; {len(self.runs)} runs"
+            f"{required}"
         )
+
+    def _locks_clause(self) -> str:
+        """``; BROKEN LOCK ...`` for each mode whose lock did not exclude in some run."""
+        out = ""
+        for label in self.labels:
+            b = self.broken_locks(label)
+            if b["runs"]:
+                where = f" in {b['runs']} of {b['of']} {label} runs"
+                out += "; " + verdicts.broken_lock_clause(b["locks"], where)
+        return out
 
     def kind_lines(self) -> list[str]:
         """One line per kind of race: what raced with what, in how many pairs and runs."""
@@ -137,6 +159,7 @@ class Verdict:
             "integrity_mismatches": self._total("mismatches"),
             "lifetime_violations": self._total("lifetime"),
             "ownership_findings": self._total("ownership"),
+            "broken_locks": {label: self.broken_locks(label) for label in self.labels},
             "race_kinds": self.kind_lines(),
             "exit_code": self.exit_code,
         }

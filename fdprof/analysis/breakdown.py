@@ -56,8 +56,9 @@ def without_projections(trace: Trace, spans: pd.DataFrame) -> pd.DataFrame:
 
 
 def steps(trace: Trace, step_name: str | None = None) -> pd.DataFrame:
-    """One row per step: ``step``, ``start``, ``end``, ``duration`` (ns) and ``tokens``
-    (from ``batch.tokens`` of the step's spans; NaN where unknown).
+    """One row per step: ``step``, ``start``, ``end``, ``duration`` (ns), ``tokens`` (from
+    ``batch.tokens``: :func:`tokens_by_step`; NaN where unknown) and ``no_tokens``
+    (:func:`scheduled_nothing`).
 
     Steps are the spans named ``step_name`` (or starting with it, e.g. ``ProfilerStep#``);
     without it, the ``step`` spans, else each ``fd.step`` id's extent, else the PyTorch
@@ -86,6 +87,7 @@ def steps(trace: Trace, step_name: str | None = None) -> pd.DataFrame:
             "name a step range with --step-name"
         )
     out = out.sort_values(["start", "end"], kind="stable").reset_index(drop=True)
+    sizes = pd.Series(np.nan, index=out.index)
     if "tokens" in out:
         pass  # profiler steps: numbered by the profiler, no token counts
     elif not (out["step"] >= 0).any():
@@ -93,8 +95,35 @@ def steps(trace: Trace, step_name: str | None = None) -> pd.DataFrame:
         out["tokens"] = np.nan
     else:
         out["tokens"] = out["step"].map(tokens_by_step(trace)).astype(float)
+        sizes = out["step"].map(per_step(trace, S.BATCH_SIZE)).astype(float)
     out["duration"] = out["end"] - out["start"]
-    return out[["step", "start", "end", "duration", "tokens"]]
+    out["no_tokens"] = scheduled_nothing(out["tokens"], sizes)
+    return out[["step", "start", "end", "duration", "tokens", "no_tokens"]]
+
+
+def scheduled_nothing(tokens: pd.Series, sizes: pd.Series) -> pd.Series:
+    """Steps that scheduled no tokens: ``batch.tokens`` 0, or no token count and a batch of
+    size 0. vLLM runs such steps while it polls pending KV transfers, an expert-parallel
+    engine to keep its collectives matched; they come and go with timing, not work, so the
+    step-latency and per-step comparisons leave them out and count them apart
+    (docs/analysis.md "Steps that did work"). A step whose trace says neither is taken to have
+    worked."""
+    t, n = tokens.to_numpy(float), sizes.to_numpy(float)
+    return pd.Series((t == 0) | (np.isnan(t) & (n == 0)), index=tokens.index)
+
+
+def working(st: pd.DataFrame) -> pd.DataFrame:
+    """The steps of ``st`` that scheduled tokens (all of them when none did: nothing to set
+    apart)."""
+    did = st[~st["no_tokens"]]
+    return st if did.empty else did
+
+
+def empty_steps(st: pd.DataFrame) -> dict[str, float | int | None]:
+    """Count, total time (ns) and share of step time of the steps that scheduled nothing."""
+    total, empty = float(st["duration"].sum()), st.loc[st["no_tokens"], "duration"]
+    return {"count": int(len(empty)), "total_ns": float(empty.sum()),
+            "share": float(empty.sum()) / total if total else None}  # fmt: skip
 
 
 def is_step(names: pd.Series, step_name: str | None) -> pd.Series:
@@ -106,14 +135,29 @@ def is_step(names: pd.Series, step_name: str | None) -> pd.Series:
 
 
 def tokens_by_step(trace: Trace) -> pd.Series:
-    """Tokens per ``fd.step``, summed over the spans that carry ``batch.tokens``."""
-    tok = trace.attr(S.BATCH_TOKENS)
-    if tok.empty:
+    """Tokens per ``fd.step`` (:func:`per_step` of ``batch.tokens``)."""
+    return per_step(trace, S.BATCH_TOKENS)
+
+
+def per_step(trace: Trace, key: str) -> pd.Series:
+    """A numeric attribute per ``fd.step``: the ``step`` spans' own value where they carry it
+    (the scheduler's account of the batch: vLLM's step and its ``execute_model`` both carry
+    the batch's tokens, which summed would count them twice), else summed over the spans of
+    the step that carry it (fdprof's engine: ``execute_model``)."""
+    attr = trace.attr(key)
+    if attr.empty:
         return pd.Series(dtype=float)
-    values = pd.to_numeric(tok, errors="coerce").to_numpy(float)
-    step = trace.spans.set_index("span_id")["step"].reindex(tok.index).to_numpy()
-    s = pd.Series(values, index=step)
-    return s[s.index >= 0].groupby(level=0).sum()
+    spans = trace.spans.set_index("span_id").reindex(attr.index)
+    rows = pd.DataFrame({
+        "step": spans["step"].to_numpy(),
+        "own": (spans["name"].astype(str) == S.STEP).to_numpy(),
+        "value": pd.to_numeric(attr, errors="coerce").to_numpy(float),
+    })  # fmt: skip
+    rows = rows[rows["step"] >= 0]
+    by = rows.groupby(["step", "own"])["value"].sum(min_count=1).unstack("own")
+    own = by[True] if True in by else pd.Series(np.nan, index=by.index)
+    rest = by[False] if False in by else pd.Series(np.nan, index=by.index)
+    return own.fillna(rest)
 
 
 def step_breakdown(

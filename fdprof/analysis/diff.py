@@ -2,7 +2,11 @@
 
 Works on any two traces the model loads: steps come from ``step`` spans / ``fd.step`` ids or
 a user-named range (``ProfilerStep#``). Every number carries its spread (p50/p90/p99), and
-every ratio a seeded bootstrap 95% CI.
+every ratio a seeded bootstrap 95% CI. Steps that scheduled no tokens
+(:func:`~fdprof.analysis.breakdown.scheduled_nothing`: vLLM polling its pending transfers) are
+counted apart and left out of step latency, per-token time and the per-step breakdown: they
+come and go with timing, and a run with fifty 0.2 ms polls would otherwise show a step latency
+many times shorter than one whose real steps did the same work at the same speed.
 """
 
 from __future__ import annotations
@@ -20,12 +24,14 @@ from fdprof.analysis.breakdown import (
     ENVELOPE,
     PARTS,
     device_breakdown,
+    empty_steps,
     step_breakdown,
     without_projections,
+    working,
 )
 from fdprof.analysis.columns import json_records, require
 from fdprof.analysis.device_time import device_overlap, host_overlap
-from fdprof.analysis.serving import serving_change
+from fdprof.analysis.serving import SERVING, request_latencies
 from fdprof.analysis.stats import RatioCI, difference_ci, ratio_ci, spread
 from fdprof.trace.model import Trace
 
@@ -39,8 +45,9 @@ FEW_STEPS = 10
 
 @dataclass(frozen=True)
 class RunSummary:
-    """One run's numbers: ``breakdown`` has one row per step (ns), ``by_name``/``by_role``/
-    ``locks`` one row per group with count, total and duration percentiles (ns)."""
+    """One run's numbers: ``breakdown`` has one row per step (ns), ``no_tokens`` true for the
+    steps that scheduled nothing; ``by_name``/``by_role``/``locks`` one row per group with
+    count, total and duration percentiles (ns)."""
 
     label: str
     breakdown: pd.DataFrame
@@ -59,10 +66,34 @@ class RunSummary:
     #: py-spy's samples inside the spans, per span name (:func:`python_time.summary`); empty
     #: without ``--py-spy`` (and then left out of the JSON)
     python_time: list[dict[str, Any]] = field(default_factory=list)
+    #: one row per finished request: ``e2e``, ``ttft``, ``tpot`` (ms; NaN where unknown)
+    requests: pd.DataFrame = field(default_factory=pd.DataFrame)
 
     @property
     def n_steps(self) -> int:
         return len(self.breakdown)
+
+    @property
+    def working(self) -> pd.DataFrame:
+        """The steps that scheduled tokens (:func:`~fdprof.analysis.breakdown.working`)."""
+        return working(self.breakdown)
+
+    @property
+    def empty_steps(self) -> dict[str, float | int | None]:
+        return empty_steps(self.breakdown)
+
+    @property
+    def per_token(self) -> pd.Series:
+        """Each step that did work and counted its tokens: its duration per scheduled token
+        (ns)."""
+        w = self.working
+        counted = w[w["tokens"] > 0]
+        return counted["duration"] / counted["tokens"]
+
+    @property
+    def per_token_ns(self) -> dict[str, Any]:
+        """Spread of :attr:`per_token` (``n`` 0 without token counts)."""
+        return spread(self.per_token)
 
     @property
     def tokens_per_s(self) -> float | None:
@@ -74,7 +105,8 @@ class RunSummary:
 
     @property
     def step_latency(self) -> dict[str, Any]:
-        return spread(self.breakdown["duration"])
+        """Spread of the durations of the steps that did work."""
+        return spread(self.working["duration"])
 
     def to_json(self) -> dict[str, Any]:
         ov = self.device_swap_overlap
@@ -82,7 +114,9 @@ class RunSummary:
             "label": self.label, "steps": self.n_steps, "seconds": self.seconds,
             "tokens": self.tokens, "tokens_per_s": self.tokens_per_s,
             "steps_per_s": self.steps_per_s, "step_latency_ns": self.step_latency,
-            "breakdown_ns": {p: spread(self.breakdown[p]) for p in PARTS},
+            "working_steps": len(self.working), "empty_steps": self.empty_steps,
+            "per_token_ns": self.per_token_ns,
+            "breakdown_ns": {p: spread(self.working[p]) for p in PARTS},
             "swap_overlap": None if self.swap_overlap is None else self.swap_overlap.ratio,
             "swap_overlap_ci95": None if self.swap_overlap is None else [
                 self.swap_overlap.lo, self.swap_overlap.hi],
@@ -92,9 +126,16 @@ class RunSummary:
             "device_swap_overlap_ci95": None if ov is None else [ov.lo, ov.hi],
         } | ({"python_time": self.python_time} if self.python_time else {}) | (
             {} if self.device is None else {
-            "gpu_ns": {p: spread(self.device[p]) for p in (*DEVICE_PARTS, "gpu_window")},
-            "gpu_share": {p: _share(self.device, p, "gpu_window") for p in DEVICE_PARTS},
+            "gpu_ns": {p: spread(self.working_device[p])
+                       for p in (*DEVICE_PARTS, "gpu_window")},
+            "gpu_share": {p: _share(self.working_device, p, "gpu_window") for p in DEVICE_PARTS},
         })  # fmt: skip
+
+    @property
+    def working_device(self) -> pd.DataFrame:
+        """The device breakdown of the steps that did work."""
+        assert self.device is not None
+        return self.device.loc[self.working.index]
 
 
 @dataclass(frozen=True)
@@ -104,7 +145,7 @@ class DiffResult:
     #: new/base tokens per second (steps per second when a trace has no token counts)
     throughput: RatioCI
     throughput_unit: str
-    #: new/base median step latency
+    #: new/base median latency of the steps that did work
     step_latency: RatioCI
     #: mean ns per step of each part, base and new, and the change: where the time moved
     moved: pd.DataFrame
@@ -112,19 +153,22 @@ class DiffResult:
     by_role: pd.DataFrame
     #: as ``moved``, for the GPU time per step (empty unless both traces have device work)
     device_moved: pd.DataFrame = field(default_factory=pd.DataFrame)
-    #: per-request TTFT, TPOT and end-to-end latency, base and new, with the ratio of medians
-    #: (:func:`fdprof.analysis.serving.serving_change`); empty without request spans
-    serving: dict[str, Any] = field(default_factory=dict)
+    #: new/base median step time per scheduled token over the steps that did work; None
+    #: unless both traces count tokens
+    per_token: RatioCI | None = None
+    #: per serving metric (:data:`~fdprof.analysis.serving.SERVING`) measured in both traces:
+    #: new/base median over requests
+    serving: dict[str, RatioCI] = field(default_factory=dict)
 
     @property
     def cautions(self) -> list[str]:
         """What a reader must know before trusting the intervals, one sentence each."""
-        few = min(self.base.n_steps, self.new.n_steps)
-        if few >= FEW_STEPS:
+        b, n = len(self.base.working), len(self.new.working)
+        if min(b, n) >= FEW_STEPS:
             return []
         return [
-            f"only {self.base.n_steps} and {self.new.n_steps} steps: intervals that resample "
-            f"fewer than {FEW_STEPS} steps are too narrow (a nominal 95% covered 89% at 6 steps in "
+            f"only {b} and {n} steps: intervals that resample fewer than "
+            f"{FEW_STEPS} steps are too narrow (a nominal 95% covered 89% at 6 steps in "
             "simulation); record more steps"
         ]
 
@@ -138,13 +182,15 @@ class DiffResult:
             "base": self.base.to_json(), "new": self.new.to_json(),
             "throughput": self.throughput.to_json() | {
                 "unit": self.throughput_unit, "resampled": self.throughput_resampling},
-            "step_latency": self.step_latency.to_json(),
+            "step_latency": self.step_latency.to_json() | {"steps": "that scheduled tokens"},
+            "per_token": None if self.per_token is None else self.per_token.to_json(),
+            "serving": {m: c.to_json() for m, c in self.serving.items()},
             "moved": json_records(self.moved),
             "by_name": json_records(self.by_name), "by_role": json_records(self.by_role),
             "cautions": self.cautions,
         } | ({} if self.device_moved.empty else {
             "gpu_moved": json_records(self.device_moved),
-        }) | ({"serving": self.serving} if self.serving else {})  # fmt: skip
+        })  # fmt: skip
 
 
 def summarize(trace: Trace, label: str = "", step_name: str | None = None) -> RunSummary:
@@ -166,6 +212,7 @@ def summarize(trace: Trace, label: str = "", step_name: str | None = None) -> Ru
         device_swap_overlap=device_overlap(every),
         device=device_breakdown(trace, b),
         python_time=python_time.summary(python_time.attribute(trace)),
+        requests=request_latencies(trace),
     )
 
 
@@ -183,24 +230,34 @@ def diff_traces(
     labels: tuple[str, str] = ("base", "new"),
     seed: int = 0,
 ) -> DiffResult:
-    """Compare ``new`` against ``base``: ratios are new/base."""
+    """Compare ``new`` against ``base``: ratios are new/base. Throughput counts every step's
+    time; step latency, per-token time and where the time moved count the steps that did
+    work (module doc)."""
     sb, sn = summarize(base, labels[0], step_name), summarize(new, labels[1], step_name)
+    return diff_summaries(sb, sn, seed=seed)
+
+
+def diff_summaries(sb: RunSummary, sn: RunSummary, *, seed: int = 0) -> DiffResult:
+    """The comparison of two runs' summaries (however they were computed: in process, or
+    reduced from pieces on Dask, :mod:`fdprof.analysis.distributed_diff`)."""
     both_tokens = sb.tokens is not None and sn.tokens is not None
+    wb, wn = sb.working, sn.working
     return DiffResult(
         base=sb,
         new=sn,
         throughput=_throughput_ratio(sb, sn, both_tokens, seed),
         throughput_unit="tokens/s" if both_tokens else "steps/s",
-        step_latency=ratio_ci(sb.breakdown["duration"], sn.breakdown["duration"], seed=seed,
+        step_latency=ratio_ci(wb["duration"], wn["duration"], seed=seed,
                               quantity="step latency"),  # fmt: skip
-        moved=_moved(sb.breakdown, sn.breakdown, both_tokens, seed),
+        moved=_moved(wb, wn, both_tokens, seed),
         by_name=_side_by_side(sb.by_name, sn.by_name, "name"),
         by_role=_side_by_side(sb.by_role, sn.by_role, "role"),
         device_moved=pd.DataFrame() if sb.device is None or sn.device is None else _moved(
-            sb.device.assign(tokens=sb.breakdown["tokens"].to_numpy()),
-            sn.device.assign(tokens=sn.breakdown["tokens"].to_numpy()),
+            sb.working_device.assign(tokens=wb["tokens"].to_numpy()),
+            sn.working_device.assign(tokens=wn["tokens"].to_numpy()),
             both_tokens, seed, DEVICE_PARTS, "gpu_window"),
-        serving=serving_change(base, new, seed),
+        per_token=_per_token_ratio(sb, sn, seed),
+        serving=_serving_ratios(sb, sn, seed),
     )  # fmt: skip
 
 
@@ -232,6 +289,28 @@ def _throughput_ratio(sb: RunSummary, sn: RunSummary, tokens: bool, seed: int) -
     strata = (token_class(rb[:, 0]), token_class(rn[:, 0])) if tokens else None
     unit = "tokens/s" if tokens else "steps/s"
     return ratio_ci(rb, rn, "rate", seed=seed, strata=strata, quantity=f"throughput ({unit})")
+
+
+def _per_token_ratio(sb: RunSummary, sn: RunSummary, seed: int) -> RatioCI | None:
+    """New/base median time per scheduled token of the steps that did work, steps resampled
+    (as step latency: a step's time per token is its latency with the batch size taken out);
+    None unless both runs count tokens. A median, not total time over total tokens: the
+    latter is the throughput's inverse, and one start-up step of seconds would make it."""
+    b, n = sb.per_token, sn.per_token
+    if b.empty or n.empty:
+        return None
+    return ratio_ci(b, n, seed=seed, quantity="per-token time")
+
+
+def _serving_ratios(sb: RunSummary, sn: RunSummary, seed: int) -> dict[str, RatioCI]:
+    """New/base median of each serving metric both runs measured, requests resampled."""
+    out = {}
+    for metric in SERVING:
+        b, n = (s.requests[metric].dropna() if metric in s.requests else pd.Series(dtype=float)
+                for s in (sb, sn))  # fmt: skip
+        if len(b) and len(n) and float(np.median(b)) > 0:
+            out[metric] = ratio_ci(b, n, seed=seed, quantity=SERVING[metric])
+    return out
 
 
 def token_class(tokens: np.ndarray) -> np.ndarray:

@@ -31,7 +31,7 @@ import numpy as np
 import pandas as pd
 
 from fdprof import semconv as S
-from fdprof.analysis import instrumentation
+from fdprof.analysis import instrumentation, verdicts
 from fdprof.analysis.columns import json_records, require
 from fdprof.analysis.lifetime import empty_violations, lifetime_violations, violations_frame
 from fdprof.analysis.locks import broken_locks, lock_holds, no_broken_locks
@@ -76,6 +76,8 @@ class HazardReport:
     #: written while another request holds them, reads without a hold or after the content was
     #: reused, frees under transfers, reference counts below zero or leaked
     ownership: pd.DataFrame = field(default_factory=empty_findings)
+    #: whether the ownership analysis ran (the Dask path does not run it yet)
+    ownership_checked: bool = True
 
     @property
     def untrusted_locks(self) -> tuple[str, ...]:
@@ -107,10 +109,10 @@ class HazardReport:
 
     @property
     def clean(self) -> bool:
-        """No race, no lock that failed to exclude, no access outside its block's lifetime, no
-        ownership finding."""
-        return (self.races.empty and self.broken_locks.empty and self.lifetime.empty
-                and self.ownership.empty)  # fmt: skip
+        """No race, no access outside its block's lifetime and no ownership finding
+        (:func:`verdicts.safe`); a lock that failed to exclude is named beside, its edges
+        already left out of the order."""
+        return verdicts.safe(self.counts)
 
     @property
     def kinds(self) -> pd.DataFrame:
@@ -130,7 +132,8 @@ class HazardReport:
             "ownership": json_records(self.ownership),
             "ownership_kinds": json_records(ownership_kinds(self.ownership)),
             "untrusted_locks": list(self.untrusted_locks),
-            "checked": {"accesses": self.accesses, "lanes": len(self.lanes)},
+            "checked": {"accesses": self.accesses, "lanes": len(self.lanes),
+                        "ownership": self.ownership_checked},
         } | ({} if self.predicted is None else {
             "predicted_races": json_records(self.predicted),
             "predicted_kinds": json_records(race_kinds(self.predicted))})  # fmt: skip
@@ -224,7 +227,8 @@ def prepare(trace: Trace, drop_objects: Iterable[str] = ()) -> Prepared:
     acc, orphan_gaps = _access_table(spans, accesses, lanes, ranks)
     # an acquire inside an access span is a gap, and orders the span's accesses
     acc["start"], inside = instrumentation.entry_times(spans, acc, syncs, lanes)
-    gaps += orphan_gaps + inside + instrumentation.unsubmitted_waits(trace)
+    gaps += orphan_gaps + instrumentation.inside_gaps(inside, spans)
+    gaps += instrumentation.unsubmitted_waits(trace)
     gaps += _truncation_gaps(spans)
     events, _ = _access_table(spans, allocator_events, lanes, ranks)
     life = np.flatnonzero(np.isin(events["modes"], S.LIFETIME_MODES))

@@ -34,22 +34,27 @@ SYNC_IN_ACCESS_SPAN = "sync_in_access_span"
 WAIT_UNSUBMITTED = "wait_unsubmitted"
 
 
+#: an acquire inside an access span: the span, the acquire's row among the trusted syncs (its
+#: identity, across pieces of one trace), and what the gap names
+INSIDE_COLUMNS = ["lane", "span_id", "row", "obj", "seq", "time"]
+
+
 def entry_times(
     spans: pd.DataFrame, acc: dict[str, Any], syncs: pd.DataFrame, lanes: pd.Index
-) -> tuple[np.ndarray, list[dict[str, Any]]]:
+) -> tuple[np.ndarray, pd.DataFrame]:
     """Each access's entry time (its span's start, or the last acquire of its lane strictly
-    inside its span) and one gap per (lane, span name, object) with acquires inside access
-    spans: the first span and time, how many spans."""
+    inside its span), and every (access span, acquire inside it) (:data:`INSIDE_COLUMNS`; the
+    acquire's row: ``syncs``' index). ``spans``: at least ``span_id``; ``syncs``: the trusted
+    ones, or just their acquires."""
     start = acc["start"]
     if acc["n"] == 0 or syncs.empty:
-        return start, []
+        return start, pd.DataFrame(columns=INSIDE_COLUMNS)
     acquires = syncs[(syncs["op"] == S.ACQUIRE).to_numpy(bool)]
     a_lane = lanes.get_indexer(acquires["lane"].astype(str).to_numpy())
     a_time = acquires["time"].to_numpy(np.int64)
     a_rows = np.arange(len(acquires))
     entry = start.copy()
-    found: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # (access rows, lo, hi) per lane
-    lane_rows: dict[int, np.ndarray] = {}
+    span_of, acq_of = [], []
     for li in np.unique(acc["lane"]).tolist():
         mine = a_rows[a_lane == li]
         if not len(mine):
@@ -60,12 +65,50 @@ def entry_times(
         lo = np.searchsorted(times, start[on], "right")
         hi = np.searchsorted(times, acc["end"][on], "left")
         inside = hi > lo
-        if inside.any():
-            rows = on[inside]
-            entry[rows] = times[hi[inside] - 1]
-            found.append((rows, lo[inside], hi[inside]))
-            lane_rows[li] = mine
-    return entry, _gaps(spans, acc, acquires, lanes, found, lane_rows)
+        if not inside.any():
+            continue
+        rows = on[inside]
+        entry[rows] = times[hi[inside] - 1]
+        srow, first = np.unique(acc["srow"][rows], return_index=True)
+        for s, a, b in zip(srow.tolist(), lo[inside][first].tolist(),
+                           hi[inside][first].tolist(), strict=True):  # fmt: skip
+            span_of += [s] * (b - a)
+            acq_of += mine[a:b].tolist()
+    ids = spans["span_id"].to_numpy(np.int64)
+    a = np.asarray(acq_of, dtype=np.int64)
+    inside_rows = pd.DataFrame({
+        "lane": acquires["lane"].astype(str).to_numpy(dtype=object)[a],
+        "span_id": ids[np.asarray(span_of, dtype=np.int64)],
+        "row": acquires.index.to_numpy(np.int64)[a],
+        "obj": acquires["obj"].astype(str).to_numpy(dtype=object)[a],
+        "seq": acquires["seq"].to_numpy(np.int64)[a], "time": a_time[a],
+    })  # fmt: skip
+    return entry, inside_rows
+
+
+def inside_gaps(inside: pd.DataFrame, spans: pd.DataFrame) -> list[dict[str, Any]]:
+    """One ``sync_in_access_span`` gap per (lane, span name, object) of ``inside`` (rows of
+    :func:`entry_times`, from one trace or its pieces: repeats count once): the first acquire
+    (earliest, then smallest span id), how many acquires and spans. ``spans``: ``span_id`` and
+    ``name`` of the spans named."""
+    if inside.empty:
+        return []
+    rows = inside.drop_duplicates(["span_id", "row"])
+    names = pd.Series(spans["name"].astype(str).to_numpy(dtype=object),
+                      index=spans["span_id"].to_numpy(np.int64))  # fmt: skip
+    rows = rows.assign(name=names.reindex(rows["span_id"].to_numpy()).fillna("").to_numpy())
+    out = []
+    for (lane, name, obj), g in rows.groupby(["lane", "name", "obj"], sort=True):
+        first = g.sort_values(["time", "span_id"], kind="stable").iloc[0]
+        span, n_spans = int(first["span_id"]), g["span_id"].nunique()
+        out.append({
+            "kind": SYNC_IN_ACCESS_SPAN, "lane": lane, "obj": obj, "seq": int(first["seq"]),
+            "time": int(first["time"]), "span_id": span,
+            "detail": f"{len(g)} acquire(s) of {obj} inside {n_spans} {name} span(s) (first: "
+                      f"span {span}): the span opens before the syncs that order its accesses; "
+                      "they were taken as after them",
+        })  # fmt: skip
+    return out
 
 
 def unsubmitted_waits(trace: Trace) -> list[dict[str, Any]]:
@@ -87,36 +130,3 @@ def unsubmitted_waits(trace: Trace) -> list[dict[str, Any]]:
                     "detail": f"waited on {len(jobs)} job(s) never submitted ({shown}): no "
                               "completion edge"})  # fmt: skip
     return out
-
-
-def _gaps(spans, acc, acquires, lanes, found, lane_rows) -> list[dict[str, Any]]:
-    if not found:
-        return []
-    objs = acquires["obj"].astype(str).to_numpy(dtype=object)
-    seqs = acquires["seq"].to_numpy(np.int64)
-    times = acquires["time"].to_numpy(np.int64)
-    names = spans["name"].astype(str).to_numpy(dtype=object)
-    ids = spans["span_id"].to_numpy(np.int64)
-    lane_names = np.asarray(lanes, dtype=object)
-    groups: dict[tuple[str, str, str], dict[str, Any]] = {}
-    for rows, lo, hi in found:
-        li = int(acc["lane"][rows[0]])
-        srow, first = np.unique(acc["srow"][rows], return_index=True)
-        for s, a, b in zip(srow.tolist(), lo[first].tolist(), hi[first].tolist(), strict=True):
-            for r in lane_rows[li][a:b].tolist():
-                key = (str(lane_names[li]), str(names[s]), str(objs[r]))
-                g = groups.get(key)
-                if g is None:
-                    groups[key] = {"span": int(ids[s]), "time": int(times[r]),
-                                   "seq": int(seqs[r]), "spans": {s}, "acquires": 1}  # fmt: skip
-                else:
-                    g["spans"].add(s)
-                    g["acquires"] += 1
-    return [
-        {"kind": SYNC_IN_ACCESS_SPAN, "lane": lane, "obj": obj, "seq": g["seq"], "time": g["time"],
-         "span_id": g["span"],
-         "detail": f"{g['acquires']} acquire(s) of {obj} inside {len(g['spans'])} {name} "
-                   f"span(s) (first: span {g['span']}): the span opens before the syncs that "
-                   "order its accesses; they were taken as after them"}
-        for (lane, name, obj), g in sorted(groups.items())
-    ]  # fmt: skip

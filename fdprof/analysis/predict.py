@@ -218,6 +218,18 @@ def _bodies(acc, holds, hard, h_hard, rel_before, lane, time, k):
     return np.concatenate(out_h), np.concatenate(out_x)
 
 
+def _entry_starts(p) -> np.ndarray:
+    """Each span's start, an access span's its entry time (after the acquires inside it:
+    :mod:`fdprof.analysis.instrumentation`) where ``p`` has the access table."""
+    start = p.spans["start"].to_numpy(np.int64)
+    acc = getattr(p, "acc", None)
+    if acc is None:
+        return start
+    out = start.copy()
+    out[acc["srow"]] = acc["start"]
+    return out
+
+
 def _propagate_wcp(p, holds, landings, h_full, rel_before, is_rel, is_lock, lane, time):
     """Each lane's WCP clock along its events (sync rows and rule-(a) landings at span
     starts, a landing after the syncs of its instant), in an order that respects the lock
@@ -233,9 +245,7 @@ def _propagate_wcp(p, holds, landings, h_full, rel_before, is_rel, is_lock, lane
     queue = _hold_queues(holds, h_full, rel_before, lane)
     land_span, land_vc = landings
     span_lane = p.lanes.get_indexer(p.spans["lane"].astype(str).to_numpy()[land_span])
-    entry = p.spans["start"].to_numpy(np.int64).copy()  # an access span's entry time
-    entry[p.acc["srow"]] = p.acc["start"]
-    span_start = entry[land_span]
+    span_start = _entry_starts(p)[land_span]
     items: list[list] = []  # per lane: sync rows (int) and landings (tuple), in lane order
     times: list[np.ndarray] = []
     for li, rows in enumerate(p.clocks.lane_rows):

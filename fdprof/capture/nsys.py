@@ -23,6 +23,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from fdprof.contracts import dumps, stamped
 from fdprof.errors import FdprofError
 
 #: set to "1" in the environment of the run that ``--nsys`` starts under nsys
@@ -70,7 +71,7 @@ def run_under_nsys(argv: list[str], run_dir: Path, json_out: bool) -> int:
     data["nsys"] = summary
     manifest.write_text(json.dumps(data, indent=2))
     if json_out:
-        print(json.dumps({**data.get("results", {}), "nsys": summary}))
+        print(dumps(stamped("run", {**data.get("results", {}), "nsys": summary})))
     else:
         print(f"nsys: {summary['export']} joined to the run by span id: "
               f"{summary['ranges_joined']} NVTX ranges, clock offset "

@@ -28,6 +28,10 @@ class CapturePlan:
     nsys: bool = False
     #: the address ``--metrics-port`` binds
     metrics_host: str = "127.0.0.1"
+    #: ``--parquet DIR``: roll the records into a Parquet store as the run goes
+    parquet: Path | None = None
+    #: seconds between rolls (``--roll-s``)
+    roll_s: float = 10.0
 
     def probe_config(self, run_dir: Path, kv_lock: str) -> ProbeConfig:
         return ProbeConfig(
@@ -48,9 +52,17 @@ class CapturePlan:
         observers = _otel_observers(probe_config)
         if self.py_spy:
             observers.append(PySpyObserver(run_dir))
+        if self.parquet is not None:
+            from fdprof.trace.roll import RollObserver
+
+            observers.append(RollObserver(self.parquet, self.roll_s))
         return observers, (injection_env(run_dir) if self.nvtx else {})
 
     def finish(self, run_dir: Path) -> None:
+        if self.parquet is not None:  # the run's results, written after the observers stopped
+            from fdprof.trace.roll import refresh_meta
+
+            refresh_meta(self.parquet, run_dir)
         if self.nvtx:
             from fdprof.capture.nvtx import trim
 

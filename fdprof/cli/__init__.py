@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import json
 import os
 import pkgutil
 import signal
@@ -14,7 +13,8 @@ import sys
 import traceback
 from pathlib import Path
 
-from fdprof import interrupts
+from fdprof import files, interrupts
+from fdprof.contracts import dumps, stamped
 from fdprof.errors import FdprofError, missing_extra
 from fdprof.trace import Trace, limits, load
 
@@ -65,11 +65,59 @@ def load_trace(args: argparse.Namespace, path: Path, join: Path | None = None) -
     return trace
 
 
+#: what makes a run safe, for ``hazards`` and ``ab`` alike (:mod:`fdprof.analysis.verdicts`)
+SAFETY_RULE = """safety (hazards and ab alike; docs/analysis.md "Verdicts and exit codes"):
+  a run is unsafe (exit 1) when two conflicting KV-block accesses are unordered (a race,
+  overlapping this run or latent), when an access falls outside its block's lifetime, when a
+  block's ownership is broken (handed out, freed or written while another request holds it,
+  used without a hold or after its content was reused, freed under a transfer, a reference
+  count below zero or leaked: where the trace records holders), or (ab, run) when a block's
+  content does not match what was written. A lock whose holds overlapped
+  on two lanes is named in the verdict (BROKEN LOCK) and its edges are left out of the order
+  before races are counted: a run that relied on it has races, and is unsafe for them; the lock
+  alone does not make a run unsafe."""
+
+
+def add_force_argument(p: argparse.ArgumentParser, what: str = "--out") -> None:
+    """``--force``: the one way to write into an output directory that is not empty."""
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help=f"replace what {what} already holds; without it a {what} directory that is not "
+        "empty is refused (exit 2), so a run never mixes its files with an earlier one's",
+    )
+
+
+def claim_output(directory: Path, force: bool) -> Path:
+    """``directory`` (made if need be) empty and ready to write, or bad input: see
+    :func:`fdprof.files.claim_output`; checked holding its lock, so a run still writing
+    there is never emptied under it."""
+    out = files.make_dir(files.resolved(directory))
+    with files.DirectoryLock(out):
+        return files.claim_output(out, force)
+
+
+def add_dask_argument(p: argparse.ArgumentParser) -> None:
+    """``--dask [ADDRESS|local:N]``, shared by the analyses that run on Dask."""
+    p.add_argument(
+        "--dask",
+        nargs="?",
+        const="",
+        default=None,
+        metavar="ADDRESS",
+        help="run on Dask: a scheduler's ADDRESS (tcp://host:8786), local:N for a LocalCluster "
+        "of N workers on this machine, or nothing for DASK_SCHEDULER_ADDRESS; the trace is "
+        "read as a Parquet store (converted to a temporary one if it is not), which every "
+        "worker must see; the answer is the in-process one (docs/analysis.md, 'On Dask'); "
+        "needs fdprof[dask]",
+    )
+
+
 #: the exit-status contract of every command (CONTRACTS.md); when several apply, 2 > 1 > 3 > 0
 EXIT_CODES = """exit status (every command):
-  0    ok / clean
-  1    races, a block used after its free or a broken lock (hazards), or corrupted KV
-       blocks (hazards, ab, run integrity)
+  0    ok / clean (a lock that did not exclude is named, not an error: see hazards --help)
+  1    races or a block used outside its lifetime (hazards, ab), or corrupted KV
+       blocks (ab, run integrity), or a clock alarm (merge)
   2    bad input (one line on stderr saying why), or a crashed run
   3    --require-gain not met
   70   internal error ("internal error, please report"; --debug prints the traceback)
@@ -153,9 +201,14 @@ def _bad_input(args: argparse.Namespace, message: str, code: int = 2) -> int:
     message = one_line(message)
     print(f"fdprof {args.command}: {message}", file=sys.stderr)
     if getattr(args, "format", None) == "json" or getattr(args, "json", False):
-        error = {"command": args.command, "message": message, "exit_code": code}
-        print(json.dumps({"error": error}), flush=True)
+        print_error_object(args.command, message, code)
     return code
+
+
+def print_error_object(command: str | None, message: str, code: int) -> None:
+    """The JSON error object on stdout (schema ``fdprof.error``)."""
+    error = {"command": command, "message": message, "exit_code": code}
+    print(dumps(stamped("error", {"error": error})), flush=True)
 
 
 def _internal_error(args: argparse.Namespace, exc: BaseException) -> int:
@@ -172,20 +225,30 @@ def _wants_json(argv: list[str]) -> bool:
     """Whether a command line asks for JSON (``--json``, ``--format json``), read from the
     raw words: a usage error comes before the parsed options."""
     words = argv[: argv.index("--")] if "--" in argv else argv
-    pairs = zip(words, [*words[1:], ""], strict=True)
+    pairs = zip(words, words[1:], strict=False)
     return "--json" in words or "--format=json" in words or ("--format", "json") in pairs
+
+
+def _commands(parser: argparse.ArgumentParser) -> set[str]:
+    """The names of the commands."""
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return set(sub.choices)
 
 
 def main(argv: list[str] | None = None) -> int:
     #: the command line as given, for a command that starts itself again (run --nsys)
     given = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
     try:
-        args = build_parser().parse_args(given)
+        args = parser.parse_args(given)
     except _UsageError as exc:
+        if exc.command is None and "required: command" in str(exc):  # `fdprof` alone
+            parser.print_usage(sys.stderr)
+            names = ", ".join(sorted(_commands(parser)))
+            exc = _UsageError("fdprof", f"no command given (one of {names}; fdprof --help)")
         print(exc, file=sys.stderr)
         if _wants_json(given):
-            error = {"command": exc.command, "message": str(exc), "exit_code": 2}
-            print(json.dumps({"error": error}), flush=True)
+            print_error_object(exc.command, str(exc), 2)
         return 2
     args.argv = given
     limits.override(**{

@@ -184,4 +184,5 @@ def capture_plan(args: argparse.Namespace) -> CapturePlan:
     return CapturePlan(
         args.otlp_endpoint, args.metrics_port, args.nvtx_capture, args.py_spy, args.workload,
         nsys=inside_nsys(), metrics_host=args.metrics_host,
+        parquet=getattr(args, "parquet", None), roll_s=getattr(args, "roll_s", 10.0),
     )  # fmt: skip

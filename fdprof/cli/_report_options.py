@@ -35,8 +35,11 @@ def add_report_arguments(p: argparse.ArgumentParser, out_file: bool = True) -> N
         )
 
 
-def emit(args: argparse.Namespace, doc: Document) -> None:
-    """Print ``doc`` in ``--format``; write it to ``--out`` when given (a file)."""
+def emit(args: argparse.Namespace, doc: Document, warnings: list | None = None) -> None:
+    """Print ``doc`` in ``--format``; write it to ``--out`` when given (a file). ``warnings``
+    (:func:`fdprof.contracts.warnings_json`): the readers' warnings, in its JSON form."""
+    if warnings is not None:
+        doc = doc.with_data({"warnings": warnings})
     out = getattr(args, "out", None)
     if isinstance(out, Path) and not out.is_dir():
         write(doc, out, format_of(out, args.format))

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from fdprof import files
+from fdprof.cli import SAFETY_RULE, add_force_argument
 from fdprof.cli._engine_options import (
     add_capture_arguments,
     add_engine_arguments,
@@ -17,14 +18,17 @@ from fdprof.cli._engine_options import (
 from fdprof.cli._report_options import add_report_arguments, emit
 from fdprof.errors import FdprofError
 
-EXIT_CODES = """exit codes:
-  0  safe: no race, no latent race, no integrity mismatch in any run of either mode
-     (and, with --require-gain X, the gain's 95% CI lower bound is at least X)
-  1  unsafe: races, a block used after its free, an ownership finding, or corrupted KV
-     blocks in some run
+EXIT_CODES = f"""exit codes:
+  0  safe: every run of either mode safe, as fdprof hazards judges it, and no integrity
+     mismatch (and, with --require-gain X, the gain's 95% CI lower bound is at least X); a
+     mode whose lock did not exclude is named in the verdict (BROKEN LOCK)
+  1  unsafe: races, a block used outside its lifetime, an ownership finding, or corrupted
+     KV blocks in some run
      (the report names the runs)
   2  bad input, or a run that crashed, failed or left no trace (named on stderr)
   3  --require-gain X not met (only when safe: 2 > 1 > 3 > 0)
+
+{SAFETY_RULE}
 
 any engine: each run of CMD gets its own directory in FDPROF_RUN_DIR (every process calls
 fdprof.probe.configure_from_env) and its pair index in FDPROF_AB_PAIR (0, 1, ...: seed the
@@ -69,6 +73,7 @@ def register(subparsers) -> None:
                    help="exit 3 when the lower bound of the gain's 95%% CI is below X "
                    "(e.g. 1.05)")  # fmt: skip
     p.add_argument("--out", required=True, type=Path, help="directory for runs and reports")
+    add_force_argument(p)
     add_report_arguments(p, out_file=False)
     group = p.add_argument_group("built-in lock A/B (ignored with --baseline/--candidate)")
     add_engine_arguments(group, with_lock=False)
@@ -104,8 +109,9 @@ def handle(args: argparse.Namespace) -> int:
         raise FdprofError(f"--require-gain must be a positive number, got {args.require_gain}")
     if args.runs < 2:
         raise FdprofError("--runs must be at least 2 (a confidence interval needs repeats)")
-    out = files.make_dir(args.out.resolve())
+    out = files.make_dir(files.resolved(args.out))
     with files.DirectoryLock(out):  # a second ab on the same --out refuses, touching nothing
+        files.claim_output(out, args.force)
         result = run_session(arms(args), args.runs, out, ProgressBar(sys.stderr, "runs"))
         result.require_gain = args.require_gain
         reports = {"md": out / "report.md", "html": out / "report.html", "json": out / "ab.json"}

@@ -5,9 +5,11 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from fdprof.analysis.diff import diff_traces
-from fdprof.cli import load_trace
+from fdprof.analysis.diff import diff_summaries, diff_traces
+from fdprof.cli import add_dask_argument, load_trace
 from fdprof.cli._report_options import add_report_arguments, emit
+from fdprof.contracts import warnings_json
+from fdprof.errors import FdprofError
 from fdprof.report.tables import document
 
 
@@ -37,21 +39,56 @@ def register(subparsers) -> None:
         default=None,
         help="run directories to join to BASE and NEW (nsys traces)",
     )
+    add_dask_argument(p)
     add_report_arguments(p)
     p.set_defaults(func=handle)
 
 
 def handle(args: argparse.Namespace) -> int:
-    joins = args.join or (None, None)
-    base = load_trace(args, args.base, joins[0])
-    new = load_trace(args, args.new, joins[1])
-    result = diff_traces(base, new, args.step_name, labels=(_label(args.base), _label(args.new)))
-    emit(args, document(result))
+    names = labels(args.base, args.new)
+    if args.dask is not None:
+        if args.join:
+            raise FdprofError("--dask reads the traces as they are: convert an nsys export "
+                              "joined to its run first (fdprof convert --join)")  # fmt: skip
+        result, warned = _on_dask(args, names), []
+    else:
+        joins = args.join or (None, None)
+        base = load_trace(args, args.base, joins[0])
+        new = load_trace(args, args.new, joins[1])
+        result = diff_traces(base, new, args.step_name, labels=names)
+        warned = [("base", base.warnings), ("new", new.warnings)]
+    emit(args, document(result), warnings_json(warned))
     return 0
 
 
-def _label(path: Path) -> str:
-    name = path.name
+def _on_dask(args: argparse.Namespace, names: tuple[str, str]):
+    from fdprof.analysis import distributed
+    from fdprof.analysis.distributed_diff import summarize_store
+
+    def read(p):
+        return load_trace(args, p)
+
+    with distributed.client_for(args.dask or None) as client:
+        summaries = []
+        for path, label in zip((args.base, args.new), names, strict=True):
+            with distributed.as_store(path, read) as store_path:
+                summaries.append(summarize_store(store_path, client, label, args.step_name))
+    return diff_summaries(*summaries)
+
+
+def labels(base: Path, new: Path) -> tuple[str, str]:
+    """The two traces' names: their file or directory names, with as many parent directories
+    as it takes to tell them apart (``a/run`` and ``b/run``, not ``run`` twice)."""
+    for depth in range(1, 4):
+        pair = _label(base, depth), _label(new, depth)
+        if pair[0] != pair[1]:
+            return pair
+    return _label(base, 1), _label(new, 1)
+
+
+def _label(path: Path, depth: int = 1) -> str:
+    parts = path.absolute().parts[-depth:] if depth > 1 else (path.name,)
+    name = "/".join(parts)
     for ext in (".gz", ".json", ".sqlite"):
         name = name.removesuffix(ext)
     return name or str(path)

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 from fdprof.cli import load_trace
+from fdprof.contracts import dumps, stamped, warnings_json
 from fdprof.trace.export import DEFAULT_ENDPOINT, export
 
 
@@ -45,7 +45,9 @@ def handle(args: argparse.Namespace) -> int:
     trace = load_trace(args, args.trace, args.join)
     done = export(trace, args.endpoint, args.timeout)
     if args.json:
-        print(json.dumps({"endpoint": done.url, "spans": done.delivered, "unended": done.unended}))
+        print(dumps(stamped("export-otlp", {
+            "endpoint": done.url, "spans": done.delivered, "unended": done.unended,
+            "warnings": warnings_json([(None, trace.warnings)])})))  # fmt: skip
     else:
         unended = f" ({done.unended} that never ended left out)" if done.unended else ""
         print(f"sent {done.delivered} spans to {done.url}{unended}")

@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
+from fdprof import files
+from fdprof.cli import add_force_argument, claim_output
 from fdprof.cli._engine_options import (
     add_capture_arguments,
     add_engine_arguments,
     capture_plan,
     engine_config,
 )
+from fdprof.contracts import dumps, stamped
 
 
 def register(subparsers) -> None:
@@ -34,8 +36,19 @@ def register(subparsers) -> None:
         "every request's tokens: they must be equal (exactly, on the CPU)",
     )
     p.add_argument("--out", required=True, type=Path, help="run directory to write")
+    add_force_argument(p)
     p.add_argument("--json", action="store_true", help="print the results as one JSON object")
     add_capture_arguments(p)
+    p.add_argument(
+        "--parquet",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="also roll the records into a Parquet store at DIR as the run goes (every "
+        "--roll-s seconds, in the supervisor: the engine's hot path is unchanged); every "
+        "command reads DIR as a trace (docs/trace.md)",
+    )
+    p.add_argument("--roll-s", type=float, default=10.0, metavar="S", help="seconds between rolls")
     p.add_argument(
         "--nsys",
         action="store_true",
@@ -86,7 +99,11 @@ def handle(args: argparse.Namespace) -> int:
     from fdprof.report.progress import ProgressBar
 
     config = engine_config(args)
-    run_dir = args.out.resolve()
+    run_dir = files.resolved(args.out)
+    if args.nsys and not nsys.inside_nsys():
+        nsys.nsys_executable()  # without nsys: one line, and no directory made
+    if not nsys.inside_nsys():  # under nsys: the run that started it claimed the directory
+        claim_output(run_dir, args.force)
     if args.nsys and not nsys.inside_nsys():
         return nsys.run_under_nsys(args.argv, run_dir, args.json)
     capture = capture_plan(args)
@@ -96,5 +113,5 @@ def handle(args: argparse.Namespace) -> int:
     results = run_engine(config, probe_config, observers, progress, env, args.reference)
     results = results.to_json()
     capture.finish(run_dir)
-    print(json.dumps(results) if args.json else _summary(results))
+    print(dumps(stamped("run", results)) if args.json else _summary(results))
     return 0 if intact(results) or config.fault else 1

@@ -10,6 +10,7 @@ second run given the same directory refuses before it touches anything.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import json
 import multiprocessing
@@ -25,6 +26,7 @@ from typing import Any, Protocol
 from fdprof import files, interrupts
 from fdprof import semconv as S
 from fdprof.engine.config import EngineConfig
+from fdprof.engine.hosts import Hosts
 from fdprof.engine.ipc import Control, RunPaths, SwapSignal, create_shm_file, remove_stale
 from fdprof.engine.process import GroupQueues, ProcessContext, child_environment, child_main
 from fdprof.engine.reference import REFERENCE_DIR, TOKENS_FILE, compare_tokens, reference_config
@@ -77,9 +79,10 @@ Key = tuple[str, int, int]
 class _Group:
     """The live processes of one run and their messages to the supervisor."""
 
-    def __init__(self, cfg) -> None:
+    def __init__(self, cfg, hosts: Hosts | None = None) -> None:
         self._mp = multiprocessing.get_context("spawn")
         self.cfg = cfg
+        self.hosts = hosts
         self.tp = cfg.tp
         self.report_q = self._mp.Queue()
         self.go = self._mp.Event()
@@ -98,19 +101,23 @@ class _Group:
             for rank in range(cfg.dp):
                 queues = GroupQueues.make(mp, cfg.tp)
                 self.queues.append(queues)
+                own = cfg if self.hosts is None else self.hosts.config(cfg, rank)
                 ctx = ProcessContext(
-                    cfg, probe_config, rank, paths, queues, self.report_q, self.go, os.getpid()
+                    own, probe_config, rank, paths, queues, self.report_q, self.go, os.getpid()
                 )
                 members = [("engine", -1)] + [
                     (role, t) for t in range(cfg.tp) for role in ("transfer", "worker")
                 ]
-                for role, t in members:
-                    name = f"{role}-{rank}" if cfg.tp == 1 or t < 0 else f"{role}-{rank}.{t}"
-                    proc = mp.Process(
-                        target=child_main, args=(role, replace(ctx, tp_rank=t)), name=name
-                    )
-                    proc.start()
-                    self.procs.append(((role, rank, t), proc))
+                host = contextlib.nullcontext() if self.hosts is None else self.hosts.spawning(
+                    mp, rank)  # fmt: skip
+                with host:
+                    for role, t in members:
+                        name = f"{role}-{rank}" if cfg.tp == 1 or t < 0 else f"{role}-{rank}.{t}"
+                        proc = mp.Process(
+                            target=child_main, args=(role, replace(ctx, tp_rank=t)), name=name
+                        )
+                        proc.start()
+                        self.procs.append(((role, rank, t), proc))
 
     def describe(self, exitcodes: bool = False) -> list[dict]:
         return [
@@ -250,6 +257,7 @@ def run_engine(
     progress: Callable[[int, int], None] | None = None,
     env: Mapping[str, str] | None = None,
     reference: bool = False,
+    hosts: Hosts | None = None,
 ) -> RunResults:
     """Serve ``config``'s workload with real processes; record into ``probe_config.run_dir``.
 
@@ -257,13 +265,14 @@ def run_engine(
     tokens into ``tokens.json``). ``env`` is added to the children's environment (e.g. NVTX
     injection). With ``reference``, the same seed is then served without swaps into
     ``<run dir>/reference`` and the tokens compared (:mod:`fdprof.engine.reference`). Raises
-    :class:`EngineCrashed` if a process dies.
+    :class:`EngineCrashed` if a process dies. ``hosts``: each DP group on a simulated host of
+    its own (:mod:`fdprof.engine.hosts`: its own clock, the fault on some only).
     """
     if probe_config.run_dir is None:
         raise FdprofError("run_engine needs probe_config.run_dir (the run directory)")
     run_dir = files.make_dir(probe_config.run_dir)
     with files.DirectoryLock(run_dir):
-        results = _run(config, probe_config, observers, progress, env)
+        results = _run(config, probe_config, observers, progress, env, hosts)
         if reference:
             ref_dir = run_dir / REFERENCE_DIR
             ref = _run(reference_config(config), ProbeConfig(run_dir=str(ref_dir)), (), None, env)
@@ -284,6 +293,7 @@ def _run(
     observers: Sequence[RunObserver],
     progress: Callable[[int, int], None] | None,
     env: Mapping[str, str] | None,
+    hosts: Hosts | None = None,
 ) -> RunResults:
     cfg = sized_for_workload(config)
     _check_device(cfg.device)
@@ -298,7 +308,7 @@ def _run(
     status, error = "crashed", None
     try:
         control = _create_shared(cfg, paths)
-        group = _Group(cfg)
+        group = _Group(cfg, hosts)
         group.start(probe_config, paths, env or {})
         manifest["processes"] = group.describe()
         _write_manifest(run_dir, status="running", **manifest)

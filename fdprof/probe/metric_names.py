@@ -165,6 +165,14 @@ ALL: tuple[Metric, ...] = (
 )
 #: labels on every series, from the process's resource
 COMMON_LABELS = ("kv_lock", "dp_rank", "role")
-#: values of a label known before any span: every counter starts at 0 for each of them, so a
-#: panel reads 0 rather than "no data" until something happens
-KNOWN_VALUES = {"direction": (S.TO_CPU, S.TO_GPU), "finding": HAZARD_FINDINGS}
+#: values of a label known before any span: every counter starts at 0 for each of them (and a
+#: histogram's series exist, empty, on the scrape endpoint), from the first scrape, so a panel
+#: reads 0 rather than "no data" until something happens. ``sink``: the sinks that can drop
+#: spans (0 also when none is configured: nothing was dropped); ``holder``: the roles that hold
+#: the KV lock (fdprof.engine.server, fdprof.engine.worker)
+KNOWN_VALUES = {
+    "direction": (S.TO_CPU, S.TO_GPU),
+    "finding": HAZARD_FINDINGS,
+    "sink": ("otlp",),
+    "holder": (S.ROLE_CACHE_MANAGER, S.ROLE_WORKER),
+}

@@ -45,7 +45,7 @@ from fdprof.probe.otel_sink import (
     sdk_resource,
     span_exporter,
 )
-from fdprof.probe.otel_spans import SpanBuilder, SpanData, process_resource
+from fdprof.probe.otel_spans import UNKNOWN, SpanBuilder, SpanData, process_resource
 from fdprof.probe.tail import RecordTail
 from fdprof.settings import OtelSettings
 
@@ -131,6 +131,11 @@ class OtelExportObserver:
             self._procs.append(_Process(info, RecordTail(record)))
         engines = [p for p in self._procs if p.info.get("role") == S.ROLE_ENGINE]
         self._drop_owner = (engines or self._procs or [None])[0]
+        if self.prometheus is not None:  # every series at 0 before the endpoint answers
+            for proc in self._procs:
+                if proc.info.get("role"):
+                    self.prometheus.record(self._first_values(proc, self._labels(proc)))
+            self.prometheus.serve()
         self._thread = threading.Thread(target=self._run, name="fdprof-otel-tail", daemon=True)
         self._thread.start()
 
@@ -258,33 +263,39 @@ class OtelExportObserver:
         resource = proc.resource = sdk_resource(attrs, self._settings)
         offset = self._offsets.get(header.pid, header.epoch_anchor_ns - header.mono_anchor_ns)
         proc.builder = SpanBuilder(attrs[S.SERVICE_INSTANCE_ID], header, offset)
-        proc.labels = {
-            "kv_lock": str(attrs.get(S.KV_LOCK)),
-            "dp_rank": str(attrs.get(S.DP_RANK)),
-            "role": role,
-            "run": str(self._run_dir),
-        }
+        proc.labels = self._labels(proc, role)
         if self._metric_exporter_factory is not None:
             exporter = self._metric_exporter_factory()
             proc.metrics = OtelMetrics(resource, exporter, self._settings)
-        self._record(proc, self._first_values(proc))
+        self._record(proc, self._first_values(proc, proc.labels))
 
-    def _first_values(self, proc: _Process) -> list:
-        """Every counter at 0 for each label value known in advance; the run's own series
-        (marked active, its findings, spans dropped) on its first engine process only."""
+    def _labels(self, proc: _Process, role: str | None = None) -> dict[str, str]:
+        """The labels of a process's series: from the launcher's account of it (known before
+        its records open, so its series can exist from the first scrape), the role from its
+        record header where that account has none."""
+        return {
+            "kv_lock": str(self._config.resource.get(S.KV_LOCK, UNKNOWN)),
+            "dp_rank": str(int(proc.info.get("dp_rank", -1))),
+            "role": role or proc.info["role"],
+            "run": str(self._run_dir),
+        }
+
+    def _first_values(self, proc: _Process, labels: dict[str, str]) -> list:
+        """Every counter at 0 for each label value known in advance, and each histogram's
+        series declared (value None: no observation); the run's own series (marked active,
+        its findings, spans dropped) on its first engine process only."""
         run_wide = (M.HAZARDS, M.DROPPED_RECORDS)
         obs = [
             zero
             for metric in M.ALL
-            if metric.kind == "counter" and metric not in run_wide
-            for zero in _zeros(metric, proc.labels)
+            if metric.kind in ("counter", "histogram") and metric not in run_wide
+            for zero in _zeros(metric, labels)
         ]
         if proc is self._drop_owner:
-            obs.append((M.RUN_ACTIVE, 1.0, proc.labels))
+            obs.append((M.RUN_ACTIVE, 1.0, labels))
             if self._check_run is not None:
-                obs += _zeros(M.HAZARDS, proc.labels)
-            if self._sink is not None:
-                obs.append((M.DROPPED_RECORDS, 0.0, {**proc.labels, "sink": "otlp"}))
+                obs += _zeros(M.HAZARDS, labels)
+            obs += _zeros(M.DROPPED_RECORDS, labels)
         return obs
 
     def _emit(self, proc: _Process, data: SpanData) -> None:
@@ -306,10 +317,15 @@ class OtelExportObserver:
 
 
 def _zeros(metric: M.Metric, labels: dict[str, str]) -> list:
-    """``metric`` at 0 for every combination of its labels' known values."""
+    """``metric`` at 0 (a counter) or declared (a histogram: None, no observation) for every
+    combination of its labels' known values; nothing for a histogram with a label whose
+    values are not known up front."""
     known = [name for name in metric.labels if name in M.KNOWN_VALUES]
+    if metric.kind == "histogram" and len(known) < len(metric.labels):
+        return []
+    value = None if metric.kind == "histogram" else 0.0
     return [
-        (metric, 0.0, {**labels, **dict(zip(known, values, strict=True))})
+        (metric, value, {**labels, **dict(zip(known, values, strict=True))})
         for values in itertools.product(*(M.KNOWN_VALUES[name] for name in known))
     ]
 

@@ -37,7 +37,8 @@ _NS = 1e-9
 #: execute_model/swap intervals kept per DP rank for the overlap counter
 _OVERLAP_WINDOW = 512
 
-Observation = tuple[M.Metric, float, dict[str, str]]
+#: (metric, value, labels); value None declares a histogram's series without observing
+Observation = tuple[M.Metric, float | None, dict[str, str]]
 
 
 def observations(span: ReadableSpan, labels: dict[str, str]) -> list[Observation]:
@@ -169,6 +170,8 @@ class OtelMetrics:
             token = otel_context.attach(ctx)
         try:
             for metric, value, labels in obs:
+                if value is None:  # a histogram declared: OTLP has no series without a value
+                    continue
                 inst = self._instruments[metric.otel_name]
                 attributes = {name: labels.get(name, "") for name in _label_names(metric)}
                 if metric.kind == "counter":
@@ -219,8 +222,13 @@ class PromMetrics:
         self._thread = threading.Thread(
             target=self._server.serve_forever, name="fdprof-metrics", daemon=True
         )
-        self._thread.start()
         self.port = self._server.server_address[1]
+
+    def serve(self) -> None:
+        """Answer scrapes (the port is bound from the start; a scrape before this waits in
+        the listen queue, so the first one answered already sees the series recorded before)."""
+        if not self._thread.is_alive():
+            self._thread.start()
 
     def _app(self, environ: dict, start_response: Callable) -> Iterable[bytes]:
         """The exposition app; notes whether a scrape that began after
@@ -237,6 +245,8 @@ class PromMetrics:
         for metric, value, labels in obs:
             prom, names = self._metrics[metric.otel_name]
             child = prom.labels(*(labels.get(n, "") for n in names))
+            if value is None:  # declared: its series exist, empty, until observed
+                continue
             if metric.kind == "histogram":
                 child.observe(value, exemplar)
             elif metric.kind == "gauge":
@@ -254,7 +264,8 @@ class PromMetrics:
             self._final_served.wait(timeout_s)
 
     def shutdown(self) -> None:
-        self._server.shutdown()
+        if self._thread.is_alive():
+            self._server.shutdown()
         self._server.server_close()
 
 

@@ -10,13 +10,26 @@ from pathlib import Path
 
 import numpy as np
 
+from fdprof import semconv as S
 from fdprof.ab.runs import TIMELINE_SPANS
-from fdprof.ab.session import SERVING, ABResult
+from fdprof.ab.session import ABResult
 from fdprof.analysis.breakdown import DEVICE_PARTS, PARTS
+from fdprof.analysis.serving import SERVING
 from fdprof.analysis.stats import RatioCI, spread
+from fdprof.contracts import stamped, warnings_json
 from fdprof.report import document as D
 from fdprof.report import python_time
 
+#: what the per-mode table says of the steps it leaves out
+EMPTY_STEPS_NOTE = (
+    "Empty steps scheduled no tokens (vLLM polling pending transfers, an expert-parallel "
+    "engine keeping its collectives matched): counted here, left out of step latency and of "
+    'where the time went, kept in throughput (docs/analysis.md, "Steps that did work").'
+)
+#: the timeline's colour of the transfer's copy (``swap``): a lighter shade of the swap part's,
+#: so it reads as swap work yet stands apart from ``issue_swap_task``, the blocking call that
+#: paints the part (one colour for both made the two lanes one)
+SWAP_COPY_COLOR = "#c8a2e8"
 #: how the parts read on axes and in legends
 PART_NAMES = {"compute": "compute", "lock_wait": "lock wait", "swap_blocking": "swap (blocking)",
               "idle": "idle"}  # fmt: skip
@@ -29,11 +42,13 @@ def build(result: ABResult) -> D.Document:
         D.Bullets(findings(result)),
         gain_chart(result),
         D.Heading("Throughput and step latency"),
-        D.Table(f"Per mode ({result.unit} from the traces; step latency ms)",
+        D.Table(f"Per mode ({result.unit} from the traces; step latency ms, over the steps "
+                "that scheduled tokens)",
                 ["mode", f"{result.unit} median", "min - max", "step p50", "p90", "p99",
-                 "steps"], [_mode_row(result, m, lab) for m, lab in zip(result.modes,
-                                                                       result.labels,
-                                                                       strict=True)]),
+                 "steps", "empty steps (time, share)"],
+                [_mode_row(result, m, lab) for m, lab in zip(result.modes, result.labels,
+                                                             strict=True)],
+                [EMPTY_STEPS_NOTE]),
         throughput_chart(result),
         latency_cdf(result),
         D.Heading("Serving latency per request"),
@@ -41,8 +56,8 @@ def build(result: ABResult) -> D.Document:
         D.Heading("Where the time went"),
         D.Paragraph("Each step's wall time painted in priority order: compute "
                     "(execute_model), lock wait, swap blocking (issue_swap_task not hidden by "
-                    "compute), idle. Mean ms per step, every run weighing the same; the change "
-                    f"is {nl} minus {bl} over the pairs, with its 95% CI."),
+                    "compute), idle. Mean ms per step that scheduled tokens, every run weighing "
+                    f"the same; the change is {nl} minus {bl} over the pairs, with its 95% CI."),
         breakdown_table(result),
         breakdown_chart(result),
         *device_blocks(result),
@@ -57,7 +72,9 @@ def build(result: ABResult) -> D.Document:
         settings_table(result),
     ]  # fmt: skip
     verdict = D.Verdict(v.line, v.exit_code == 0, v.kind_lines())
-    return D.Document(f"fdprof A/B: {bl} vs {nl}", blocks, verdict, result.to_json())
+    warnings = warnings_json((str(r.run_dir), r.warnings) for r in result.runs)
+    data = stamped("ab", {**result.to_json(), "warnings": warnings})
+    return D.Document(f"fdprof A/B: {bl} vs {nl}", blocks, verdict, data)
 
 
 def _ci(c: RatioCI, digits: int = 3) -> str:
@@ -105,7 +122,8 @@ def findings(result: ABResult) -> list[str]:
                 f"Broken lock: in {broken} {label} run(s) two holds of one lock overlapped on "
                 "different lanes (as FastDeploy's flock on one descriptor shared by threads "
                 "allowed): its edges were not taken as order, so the races above are judged "
-                "without it."
+                "without it; the verdict names it and, as fdprof hazards, does not count it "
+                "as unsafe by itself."
             )
     what_if = result.what_if_newly_unordered
     if what_if is not None:
@@ -150,8 +168,11 @@ def gain_chart(result: ABResult) -> D.Chart:
 
 def _mode_row(result: ABResult, mode: str, label: str) -> list[str]:
     t, s = spread(result.throughput(mode)), spread(result.step_ms(mode))
+    e = result.empty_steps(mode)
+    share = "-" if e["share"] is None else f"{100 * e['share']:.1f}%"
     return [label, f"{t['p50']:.2f}", f"{t['min']:.2f} - {t['max']:.2f}", f"{s['p50']:.1f}",
-            f"{s['p90']:.1f}", f"{s['p99']:.1f}", str(s["n"])]  # fmt: skip
+            f"{s['p90']:.1f}", f"{s['p99']:.1f}", str(s["n"]),
+            f"{e['count']} ({e['total_ms']:.1f} ms, {share})"]  # fmt: skip
 
 
 def throughput_chart(result: ABResult) -> D.Chart:
@@ -171,7 +192,8 @@ def latency_cdf(result: ABResult) -> D.Chart:
         ms = ms[ms > 0]
         frac = np.arange(1, len(ms) + 1) / max(len(ms), 1)
         series.append(D.Series(label, ms.tolist(), frac.tolist(), color=D.MODE_COLORS[i]))
-    return D.Chart("Step latency CDF (log time axis)", "step duration (ms, log scale)",
+    return D.Chart("Step latency CDF, steps that scheduled tokens (log time axis)",
+                   "step duration (ms, log scale)",
                    "fraction of steps", series, log_x=True)  # fmt: skip
 
 
@@ -245,15 +267,16 @@ def breakdown_chart(result: ABResult) -> D.Chart:
 
 def timeline_chart(result: ABResult, mode: str, label: str) -> D.Chart:
     """A window of the mode's first run: one lane per span name, coloured by the part it
-    paints (execute_model compute, the swap spans swap, lock_wait lock wait)."""
+    paints (execute_model compute, issue_swap_task swap blocking, lock_wait lock wait) and
+    the transfer's copy (swap) in a lighter shade of the swap part's: one colour a lane."""
     run = result.of(mode)[0]
     t0, _ = run.timeline_window
     series = []
     for name, boxes in run.timeline.items():
-        part = TIMELINE_SPANS[name]
+        color = SWAP_COPY_COLOR if name == S.SWAP else D.PART_COLORS[TIMELINE_SPANS[name]]
         series.append(D.Series(
             name, [e - s for s, e in boxes], [name] * len(boxes),
-            style="hbar", color=D.PART_COLORS[part], base=[s - t0 for s, _ in boxes],
+            style="hbar", color=color, base=[s - t0 for s, _ in boxes],
             hover=[f"{name}: {s - t0:.1f}-{e - t0:.1f} ms ({e - s:.2f} ms)" for s, e in boxes],
         ))  # fmt: skip
     return D.Chart(f"Timeline excerpt of {run.name}", "time in window (ms)", "span", series)

@@ -10,7 +10,7 @@ never DataFrames or plotting-library objects.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 #: one colour per part of a step's time, in every chart and timeline alike
@@ -124,6 +124,12 @@ class Document:
     @property
     def charts(self) -> list[Chart]:
         return [b for b in self.blocks if isinstance(b, Chart)]
+
+    def with_data(self, extra: dict[str, Any]) -> Document:
+        """This document with ``extra`` keys added to its JSON form (which it must have)."""
+        if self.data is None:
+            raise TypeError(f"{self.title} has no JSON form")
+        return replace(self, data={**self.data, **extra})
 
     def then(self, other: Document, data: dict[str, Any] | None = None) -> Document:
         """This document followed by ``other`` under its own heading (e.g. a what-if after the

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
+from fdprof.contracts import dumps
 from fdprof.errors import FdprofError
 from fdprof.report import html, markdown, text
 from fdprof.report.document import Document
@@ -17,7 +17,7 @@ def render(doc: Document, fmt: str) -> str:
     if fmt == "json":
         if doc.data is None:
             raise FdprofError(f"{doc.title} has no JSON form")
-        return json.dumps(doc.data) + "\n"
+        return dumps(doc.data) + "\n"
     return {"text": text.render, "md": markdown.render, "html": html.render}[fmt](doc)
 
 

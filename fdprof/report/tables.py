@@ -11,10 +11,13 @@ from typing import Any
 
 import pandas as pd
 
+from fdprof.analysis import verdicts
 from fdprof.analysis.diff import DiffResult
 from fdprof.analysis.hazards import HazardReport
-from fdprof.analysis.stats import RatioCI
+from fdprof.analysis.serving import SERVING
+from fdprof.analysis.stats import RatioCI, spread
 from fdprof.analysis.whatif import WhatIf
+from fdprof.contracts import stamped
 from fdprof.report import ownership, python_time
 from fdprof.report.document import Bullets, Document, Table, Verdict
 from fdprof.report.units import duration, signed_duration
@@ -26,6 +29,13 @@ THROUGHPUT_BASIS = {
     "tokens/s": "prefill + decode tokens per second inside steps",
     "steps/s": "per second inside steps; no token counts in the trace",
 }
+#: what the diff says of the steps it leaves out of step latency and the per-step breakdown
+EMPTY_STEPS = (
+    "Empty steps scheduled no tokens (batch.tokens 0, or no count and batch.size 0): vLLM "
+    "polling pending transfers, an expert-parallel engine keeping its collectives matched. "
+    "Their number follows timing, not work: they count in throughput (time inside steps), not "
+    "in step latency, per-token time or where the time moved."
+)
 #: characters of a span name shown; C++ kernel and autograd names in third-party traces run
 #: to thousands. The JSON output keeps them whole.
 MAX_NAME = 80
@@ -36,10 +46,11 @@ def as_document(result: Any) -> Document:
     return result if isinstance(result, Document) else document(result)
 
 
-def document(result: Any) -> Document:
-    """The document of any result an analysis returns."""
+def document(result: Any, origin: int = 0) -> Document:
+    """The document of any result an analysis returns. ``origin``: the trace's first time
+    (ns, :attr:`fdprof.trace.model.Trace.origin`), which times in tables count from."""
     if isinstance(result, HazardReport):
-        return hazards_document(result)
+        return hazards_document(result, origin)
     if isinstance(result, WhatIf):
         return what_if_document(result)
     if isinstance(result, DiffResult):
@@ -47,7 +58,7 @@ def document(result: Any) -> Document:
     raise TypeError(f"no tables for {type(result).__name__}")
 
 
-def hazards_document(report: HazardReport) -> Document:
+def hazards_document(report: HazardReport, origin: int = 0) -> Document:
     c = report.counts
     if not report.accesses:
         verdict = "NOTHING CHECKED: no KV-block accesses (kv.* span attributes) in this trace"
@@ -55,12 +66,14 @@ def hazards_document(report: HazardReport) -> Document:
         verdict = "clean: no unordered conflicting accesses"
     else:
         verdict = f"HAZARDS FOUND: {c['races']} race(s), {c['latent']} of them latent"
-        if report.untrusted_locks:
-            verdict += f"; BROKEN LOCK {', '.join(report.untrusted_locks)}"
         if c["lifetime"]:
             verdict += f"; {c['lifetime']} access(es) outside their block's lifetime"
         if c["ownership"]:
             verdict += f"; {c['ownership']} ownership finding(s)"
+    if report.accesses and report.untrusted_locks:
+        verdict += "; " + verdicts.broken_lock_clause(
+            report.untrusted_locks, f" ({c['broken_locks']} pair(s) of holds at once)"
+        )
     summary = [
         f"{report.accesses:,} KV-block access(es) on {len(report.lanes)} lane(s) checked",
         f"{c['races']} race(s): {c['overlaps']} overlapped in time this run, {c['latent']} latent"
@@ -72,6 +85,8 @@ def hazards_document(report: HazardReport) -> Document:
             f"{c['lifetime']} access(es) outside their block's lifetime (the allocator's frees "
             "checked against every access): used after the free, or freed while in use"
         )
+    if not report.ownership_checked:
+        summary.append("block ownership not checked (the Dask path does not run it yet)")
     if c["ownership"]:
         summary.append(
             f"{c['ownership']} ownership finding(s): blocks handed out, freed or written while "
@@ -90,13 +105,13 @@ def hazards_document(report: HazardReport) -> Document:
         summary.append(
             f"BROKEN LOCK: {c['broken_locks']} pair(s) of holds of "
             f"{', '.join(report.untrusted_locks)} overlapped on different lanes; the lock does "
-            "not exclude, so its edges were not taken as order"
+            "not exclude, so its edges were not taken as order and the races above were counted "
+            'without them (by itself not unsafe: docs/analysis.md, "Verdicts and exit codes")'
         )
     ok = report.clean and report.accesses > 0
     return Document("fdprof hazards", [
         Bullets(summary),
-        _frame_table("Broken locks (two holds at once, on different lanes)",
-                     report.broken_locks, list(report.broken_locks.columns)),
+        _broken_locks_table(report.broken_locks, origin),
         _kinds_table(report.kinds),
         _frame_table("Accesses outside their block's lifetime", report.lifetime,
                      ["kind", "pool", "block", "blocks", "name_a", "lane_a", "name_b", "lane_b"]),
@@ -109,7 +124,27 @@ def hazards_document(report: HazardReport) -> Document:
         _frame_table("Instrumentation gaps (not races)", report.gaps,
                      ["kind", "lane", "obj", "seq", "detail"]),
     ], Verdict(verdict, ok, _kind_lines(report.kinds) + ownership.kind_lines(report.ownership)),
-        report.to_json())  # fmt: skip
+        stamped("hazards", report.to_json()
+                | {"verdict": {"line": verdict, "safe": ok}}))  # fmt: skip
+
+
+def _broken_locks_table(broken: pd.DataFrame, origin: int) -> Table:
+    """Each pair of overlapping holds, its times into the run (as a timeline reads them), and
+    how long the two held the lock at once."""
+    headers = ["lock", "lane a", "a held (s into the run)", "lane b", "b held (s into the run)",
+               "held together"]  # fmt: skip
+    rows = [
+        [_cell(r.obj), _cell(r.lane_a), _held(r.start_a, r.end_a, origin), _cell(r.lane_b),
+         _held(r.start_b, r.end_b, origin), duration(min(r.end_a, r.end_b) - r.start_b)]
+        for r in broken.head(MAX_ROWS).itertuples()
+    ]  # fmt: skip
+    notes = ["times count from the trace's first event; the JSON keeps epoch nanoseconds"]
+    return Table("Broken locks (two holds at once, on different lanes)", headers, rows,
+                 _more(len(broken)) + (notes if len(broken) else []))  # fmt: skip
+
+
+def _held(start: int, end: int, origin: int) -> str:
+    return f"{(start - origin) / 1e9:.3f} - {(end - origin) / 1e9:.3f}"
 
 
 def what_if_document(w: WhatIf) -> Document:
@@ -127,16 +162,42 @@ def what_if_document(w: WhatIf) -> Document:
     ], Verdict(verdict, w.safe), w.to_json())  # fmt: skip
 
 
+#: the longest trace label a diff table repeats in its column headers; longer ones (and two
+#: equal ones) are "base" and "new" there, named once above the tables
+MAX_COLUMN_LABEL = 16
+
+
+def column_labels(base: str, new: str) -> tuple[str, str]:
+    """How a diff's columns name the two traces: by their labels when short and different,
+    else ``base`` and ``new`` (a long name repeated in every column header hides the numbers,
+    and two equal ones tell nothing apart)."""
+    if base != new and max(len(base), len(new)) <= MAX_COLUMN_LABEL:
+        return base, new
+    return "base", "new"
+
+
 def diff_document(d: DiffResult) -> Document:
     b, n = d.base, d.new
+    bl, nl = column_labels(b.label, n.label)
     unit = d.throughput_unit
     rate_b = b.tokens_per_s if unit == "tokens/s" else b.steps_per_s
     rate_n = n.tokens_per_s if unit == "tokens/s" else n.steps_per_s
+    eb, en = b.empty_steps, n.empty_steps
     summary = [
         f"throughput: {_num(rate_b)} -> {_num(rate_n)} {unit} ({THROUGHPUT_BASIS[unit]}), "
         f"{ratio_text(d.throughput)}",
-        f"step latency p50: {ms(b.step_latency['p50'])} -> {ms(n.step_latency['p50'])}, "
-        f"{ratio_text(d.step_latency)}",
+        f"step latency p50 (steps that scheduled tokens): {ms(b.step_latency['p50'])} -> "
+        f"{ms(n.step_latency['p50'])}, {ratio_text(d.step_latency)}",
+        *(
+            []
+            if d.per_token is None
+            else [
+                f"per-token time p50 (step time per scheduled token): "
+                f"{ms(b.per_token_ns['p50'])} -> {ms(n.per_token_ns['p50'])}, "
+                f"{ratio_text(d.per_token)}"
+            ]
+        ),
+        f"empty steps (scheduled no tokens; not in step latency): {_empty(eb)} -> {_empty(en)}",
         f"swap time overlapped with execute_model: {_share_ci(b.swap_overlap)} -> "
         f"{_share_ci(n.swap_overlap)}",
         *(
@@ -147,42 +208,57 @@ def diff_document(d: DiffResult) -> Document:
             if b.device_swap_overlap is not None or n.device_swap_overlap is not None
             else []
         ),
-        *(f"{SERVING_NAMES[m]} p50: {_serving(v)}" for m, v in d.serving.items()),
         *(f"caution: {c}" for c in d.cautions),
     ]
-    lat = Table("Step latency", ["run", "steps", "p50", "p90", "p99", "mean"], [
-        [s.label, str(s.n_steps), *(ms(s.step_latency[k]) for k in ("p50", "p90", "p99", "mean"))]
-        for s in (b, n)
-    ])  # fmt: skip
-    moved = _moved_table("Where the time moved (per step: mean, p50/p90/p99)", d.moved,
-                         b.label, n.label)  # fmt: skip
+    if (bl, nl) != (b.label, n.label):
+        summary.insert(0, f"base: {_name(b.label)}; new: {_name(n.label)}")
+    lat = Table("Step latency (steps that scheduled tokens)",
+                ["run", "steps", "p50", "p90", "p99", "mean", "empty steps", "empty time"], [
+        [label, str(len(s.working)),
+         *(ms(s.step_latency[k]) for k in ("p50", "p90", "p99", "mean")),
+         str(s.empty_steps["count"]), ms(s.empty_steps["total_ns"])]
+        for s, label in ((b, bl), (n, nl))
+    ], [EMPTY_STEPS])  # fmt: skip
+    moved = _moved_table("Where the time moved (per step that scheduled tokens: mean, "
+                         "p50/p90/p99)", d.moved, bl, nl)  # fmt: skip
     gpu = [] if d.device_moved.empty else [_moved_table(
         "GPU time per step (compute kernels, NCCL, memcpy, memset, idle: mean, p50/p90/p99)",
-        d.device_moved, b.label, n.label)]  # fmt: skip
+        d.device_moved, bl, nl)]  # fmt: skip
     return Document("fdprof diff", [
-        Bullets(summary), lat, moved, *gpu,
-        _side_table("Time by span name", d.by_name, "name", b.label, n.label),
-        _side_table("Time by role", d.by_role, "role", b.label, n.label),
-        _frame_table(f"Locks in {b.label}", _ms_cols(b.locks),
+        Bullets(summary), lat, _serving_table(d, bl, nl), moved, *gpu,
+        _side_table("Time by span name", d.by_name, "name", bl, nl),
+        _side_table("Time by role", d.by_role, "role", bl, nl),
+        _frame_table(f"Locks in {bl}", _ms_cols(b.locks),
                      ["name", "role", "count", "total", "p50", "p90", "p99"]),
-        _frame_table(f"Locks in {n.label}", _ms_cols(n.locks),
+        _frame_table(f"Locks in {nl}", _ms_cols(n.locks),
                      ["name", "role", "count", "total", "p50", "p90", "p99"]),
-        *python_time.blocks([(b.label, b.python_time), (n.label, n.python_time)]),
-    ], data=d.to_json())  # fmt: skip
+        *python_time.blocks([(bl, b.python_time), (nl, n.python_time)]),
+    ], data=stamped("diff", d.to_json()))  # fmt: skip
 
 
-#: the per-request metrics of a diff (:mod:`fdprof.analysis.serving`), as a reader names them
-SERVING_NAMES = {"ttft": "time to first token", "tpot": "time per output token",
-                 "e2e": "request latency"}  # fmt: skip
+def _empty(e: dict[str, Any]) -> str:
+    return f"{e['count']} ({ms(e['total_ns'])}, {pct(e['share'])} of step time)"
 
 
-def _serving(v: dict[str, Any]) -> str:
-    r = v["ratio"]
-    lo, hi = r["ci95"]
-    text = (f"{ms(v['base_ms']['p50'] * 1e6)} -> {ms(v['new_ms']['p50'] * 1e6)} over "
-            f"{v['requests'][0]} and {v['requests'][1]} requests, ratio {r['ratio']:.3f} "
-            f"[95% CI {lo:.3f}, {hi:.3f}]")  # fmt: skip
-    return text + (" (the CI includes 1.0: no detectable change)" if r["includes_one"] else "")
+def _serving_table(d: DiffResult, bl: str, nl: str) -> Table:
+    """Per request: p50/p90/p99 of each serving metric in both runs, and the median's ratio."""
+    rows, missing = [], []
+    for metric, name in SERVING.items():
+        if metric not in d.serving:
+            missing.append(name)
+            continue
+        b, n = (spread(s.requests[metric].dropna()) for s in (d.base, d.new))
+        rows.append([name, *(f"{b[q]:.2f}" for q in ("p50", "p90", "p99")),
+                     *(f"{n[q]:.2f}" for q in ("p50", "p90", "p99")),
+                     ratio_text(d.serving[metric])])  # fmt: skip
+    notes = [f"ms per request; ratio: {nl} / {bl} median, requests resampled (95% CI)."]
+    if missing:
+        notes.append(
+            f"Not measured ({', '.join(missing)}): the request spans of a run carry no "
+            "fd.first_token_ns / request.output_tokens, or there are no request spans."
+        )
+    headers = ["metric", f"{bl} p50", "p90", "p99", f"{nl} p50", "p90", "p99", "median ratio"]
+    return Table("Serving latency per request (ms)", headers, rows, notes)
 
 
 def _moved_table(title: str, moved: pd.DataFrame, bl: str, nl: str) -> Table:

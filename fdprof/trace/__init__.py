@@ -19,7 +19,16 @@ from pathlib import Path
 import pyarrow as pa
 
 from fdprof.errors import FdprofError
-from fdprof.trace import chrome, native, native_writer, nsys, nvtx_capture, otlp, perfetto
+from fdprof.trace import (
+    chrome,
+    native,
+    native_writer,
+    nsys,
+    nvtx_capture,
+    otlp,
+    perfetto,
+    store,
+)
 from fdprof.trace.join import join as join_run
 from fdprof.trace.jsonstream import open_regular
 from fdprof.trace.merge import merge
@@ -41,6 +50,7 @@ JOINABLE = ("nsys", "nvtx-capture")
 HEAD_BYTES = 4096
 
 READERS: list[tuple[Sniff, Read]] = [
+    (store.sniff, store.read),  # a directory: before the native reader, which takes any
     (nvtx_capture.sniff, nvtx_capture.read),
     (native.sniff, native.read),
     (nsys.sniff, nsys.read),
@@ -55,6 +65,7 @@ WRITERS: dict[str, Write] = {
     "native": native_writer.write,
     "perfetto": perfetto.write,
     "otlp-json": otlp.write,
+    "parquet": store.write,
 }
 
 __all__ = ["READERS", "WRITERS", "Trace", "head", "load", "merge", "output_format", "save"]
@@ -112,8 +123,10 @@ def load(path: str | Path, join: str | Path | None = None) -> Trace:
     ranges (matched by the span id each range carries as its payload).
     """
     path = Path(path)
-    if not path.exists():
-        raise FdprofError(f"{path}: no such file or directory")
+    try:
+        os.stat(path)
+    except OSError as exc:  # missing, a loop of symbolic links, a directory not searchable
+        raise FdprofError(f"{path}: {(exc.strerror or 'cannot be read').lower()}") from None
     first = head(path)
     for sniff, read in READERS:
         if sniff(path, first):
@@ -122,7 +135,7 @@ def load(path: str | Path, join: str | Path | None = None) -> Trace:
     else:
         raise FdprofError(
             f"{path}: not a trace fdprof can read (expected a native run directory, "
-            "Chrome/Perfetto JSON, an Nsight Systems SQLite export or OTLP JSON)"
+            "Chrome/Perfetto JSON, an Nsight Systems SQLite export, OTLP JSON or a Parquet store)"
         )
     if join is not None:
         if trace.meta.get("format") not in JOINABLE:
@@ -135,9 +148,12 @@ def load(path: str | Path, join: str | Path | None = None) -> Trace:
 
 
 def output_format(path: Path) -> str:
-    """The format an output path's name asks for: ``*.otlp.json``/``*.jsonl`` OTLP JSON,
-    ``*.json``/``*.json.gz`` Perfetto, a directory or a name without suffix a native run."""
+    """The format an output path's name asks for: ``*.parquet`` a Parquet store,
+    ``*.otlp.json``/``*.jsonl`` OTLP JSON, ``*.json``/``*.json.gz`` Perfetto, a directory or
+    a name without suffix a native run."""
     name = path.name.lower()
+    if name.endswith(".parquet") or store.is_store(path):
+        return "parquet"
     if name.endswith((".otlp.json", ".jsonl")):
         return "otlp-json"
     if name.endswith((".json", ".json.gz")):

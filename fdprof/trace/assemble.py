@@ -54,7 +54,8 @@ def assemble(
     _flag_unanchored(trace, cols["start"], processes["anchored"])
     if attrs.too_wide:
         trace.warn(f"{attrs.too_wide:,} attribute value(s) do not fit int64: kept exactly, as "
-                   "JSON text, so analyses do not read them as numbers")  # fmt: skip
+                   "JSON text, so analyses do not read them as numbers", "wide_int",
+                   attrs.too_wide)  # fmt: skip
     return trace
 
 
@@ -93,7 +94,9 @@ def _drop_negative_durations(trace: Trace, cols: dict[str, Any]) -> np.ndarray:
     trace.warn(
         f"{int(backwards.sum()):,} span(s) end before they start (e.g. {name!r}: "
         f"{int(end[first]) - int(start[first]):,} ns): read as never ended (end = -1), so no "
-        "duration or rate counts them"
+        "duration or rate counts them",
+        "negative_duration",
+        int(backwards.sum()),
     )
     return np.where(backwards, -1, end)
 
@@ -107,7 +110,8 @@ def _flag_unanchored(trace: Trace, start: Any, anchored: Any) -> None:
     if int(start.min()) < EPOCH_FLOOR_NS:
         trace.warn(
             "no clock anchor: times count from the trace's own start, not the epoch (as dates "
-            "they read as 1970-01-01); its order against other traces is not known"
+            "they read as 1970-01-01); its order against other traces is not known",
+            "no_clock_anchor",
         )
 
 

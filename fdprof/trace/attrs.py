@@ -20,6 +20,7 @@ and keeps the last value where a span sets a key twice.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from decimal import Decimal
@@ -92,7 +93,7 @@ def typed(values: list) -> tuple[str, pa.Array]:
     """``values`` (Python) as the Arrow column of their kind."""
     kind = kind_of(values)
     if kind == FLOAT:
-        values = [float(v) for v in values]
+        values = [_float(v) for v in values]
     if kind != JSON:
         try:
             return kind, pa.array(values, ARROW_TYPES[kind])
@@ -108,10 +109,21 @@ def _too_wide(value: Any) -> bool:
     return type(value) is list and any(type(v) is int and _too_wide(v) for v in value)
 
 
+def _float(value: float | Decimal) -> float:
+    """A number as a double; a Decimal (an exact JSON decode) past a double's range is bad
+    input, not infinity."""
+    if type(value) is not Decimal:
+        return value
+    out = float(value)
+    if math.isinf(out):
+        raise ValueError(f"the number {str(value)[:40]} is beyond the range of a double")
+    return out
+
+
 def _plain(value: Any) -> Any:
     """Decimals as floats, as every other source gives non-integer numbers."""
     if type(value) is Decimal:
-        return float(value)
+        return _float(value)
     if type(value) is list:
         return [_plain(v) for v in value]
     if type(value) is dict:

@@ -303,6 +303,8 @@ class _Builder:
             span = args.get(SYNC_SPAN, 0)
             if type(span) is not int:
                 raise TypeError(f"{SYNC_SPAN} should be an integer")
+            if ev.get("bp") is not None and type(ev["bp"]) is not str:
+                raise TypeError(f"bp should be a string, not {short(ev['bp'])}")
             bind = NEXT if ph == "f" and ev.get("bp") != "e" else ENCLOSING
             for op in _FLOWS[ph]:
                 self.add_sync(op, f"{FLOW_OBJ}{cat or ''}", seq, True, ev, span, None, bind)
@@ -340,28 +342,33 @@ class _Builder:
         pid = self.ident(ev.get("pid"))
         if type(ev.get("name")) not in (str, type(None)):
             raise TypeError(f"a metadata event's name should be a string, not {short(ev['name'])}")
-        _strings([args.get("name"), args.get(PROC_ROLE)], "a process or thread name")
-        dp = args.get(C.DP_RANK)
-        if dp is not None and type(dp) is not int and not (type(dp) is str and dp.isdecimal()):
-            raise TypeError(f"{C.DP_RANK} should be an integer, not {short(dp)}")
+        _strings([args.get("name"), args.get(PROC_ROLE), args.get("labels")],
+                 "a process or thread name, role or label")  # fmt: skip
+        dp_rank = C.rank(args.get(C.DP_RANK), C.DP_RANK)
+        tp_rank = C.rank(args.get(C.TP_RANK), C.TP_RANK)
+        anchored = args.get(PROC_ANCHORED, False)
+        if type(anchored) is not bool:
+            raise TypeError(f"{PROC_ANCHORED} should be true or false, not {short(anchored)}")
+        sort_index = args.get("sort_index")
+        if sort_index is not None and type(sort_index) is not int:
+            raise TypeError(f"sort_index should be an integer, not {short(sort_index)}")
         if ev.get("name") == "process_name":
             if pid not in self.proc:
                 limits.check(len(self.proc) + 1, "processes", "processes named in the trace")
             proc = self.proc.setdefault(pid, {})
-            proc["name"] = str(args.get("name", ""))
-            proc["role"] = str(args.get(PROC_ROLE, ""))
-            proc["anchored"] = bool(args.get(PROC_ANCHORED, False))
-            proc["dp_rank"] = C.rank(args.get(C.DP_RANK))
-            proc["tp_rank"] = C.rank(args.get(C.TP_RANK))
+            proc["name"] = args.get("name") or ""
+            proc["role"] = args.get(PROC_ROLE) or ""
+            proc["anchored"] = anchored
+            proc["dp_rank"], proc["tp_rank"] = dp_rank, tp_rank
         elif ev.get("name") == "thread_name":
-            self.threads[f"{pid}/{self.ident(ev.get('tid'))}"] = str(args.get("name", ""))
-        elif ev.get("name") == "process_labels" and isinstance(args.get("labels"), str):
+            self.threads[f"{pid}/{self.ident(ev.get('tid'))}"] = args.get("name") or ""
+        elif ev.get("name") == "process_labels" and args.get("labels") is not None:
             self.display.setdefault(PROCESS_LABELS, {})[pid] = args["labels"]
-        elif ev.get("name") == "process_sort_index" and type(args.get("sort_index")) is int:
-            self.display.setdefault(PROCESS_SORT, {})[pid] = args["sort_index"]
-        elif ev.get("name") == "thread_sort_index" and type(args.get("sort_index")) is int:
+        elif ev.get("name") == "process_sort_index" and sort_index is not None:
+            self.display.setdefault(PROCESS_SORT, {})[pid] = sort_index
+        elif ev.get("name") == "thread_sort_index" and sort_index is not None:
             lane = f"{pid}/{self.ident(ev.get('tid'))}"
-            self.display.setdefault(THREAD_SORT, {})[lane] = args["sort_index"]
+            self.display.setdefault(THREAD_SORT, {})[lane] = sort_index
 
 
 _CONTAINERS = (dict, list)
@@ -488,8 +495,11 @@ def _device_lane(args: dict, pid: int, tid: int) -> str:
     """A PyTorch GPU event's stream, not yet scoped by process: the ``device`` and ``stream``
     args where Kineto gives them, else the event's pid and tid (which it sets to them)."""
     device, stream = args.get("device"), args.get("stream")
-    return (f"{S.DEVICE_CUDA}:{device if type(device) is int else pid}"
-            f"/stream:{stream if type(stream) is int else tid}")  # fmt: skip
+    for key, value in (("device", device), ("stream", stream)):
+        if value is not None and (type(value) is not int or value < 0):
+            raise TypeError(f"a GPU event's {key} should be an integer >= 0, not {short(value)}")
+    return (f"{S.DEVICE_CUDA}:{pid if device is None else device}"
+            f"/stream:{tid if stream is None else stream}")  # fmt: skip
 
 
 def _device_owners(b: _Builder, syncs: dict[str, np.ndarray], pids: np.ndarray) -> dict[int, int]:
@@ -676,7 +686,8 @@ def _finish(trace: Trace, b: _Builder) -> Trace:
     )
     unpaired = _bind_flows(spans, syncs)
     if unpaired:
-        trace.warn(f"{unpaired} flow event(s) without the other end of their flow were ignored")
+        trace.warn(f"{unpaired} flow event(s) without the other end of their flow were ignored",
+                   "unpaired_flow", unpaired)  # fmt: skip
     release_freed()  # the per-batch parts and flow binding's temporaries, before the frames
     processes = {
         "pid": procs,
@@ -696,10 +707,13 @@ def _finish(trace: Trace, b: _Builder) -> Trace:
         )
     open_spans = int((spans["end"] == -1).sum())
     if open_spans:
-        trace.warn(f"{open_spans} span(s) begun (B/b) but never ended: end = -1")
+        trace.warn(f"{open_spans} span(s) begun (B/b) but never ended: end = -1", "unended_span",
+                   open_spans)  # fmt: skip
     if b.unmatched_ends:
-        trace.warn(f"{b.unmatched_ends} end event(s) (E/e) without a begin were ignored")
+        trace.warn(f"{b.unmatched_ends} end event(s) (E/e) without a begin were ignored",
+                   "unmatched_end", b.unmatched_ends)  # fmt: skip
     if b.ignored:
         phases = ", ".join(f"{short(ph)} ×{n}" for ph, n in sorted(b.ignored.items()))
-        trace.warn(f"ignored events of unsupported phases: {phases}")
+        trace.warn(f"ignored events of unsupported phases: {phases}", "unsupported_phase",
+                   sum(b.ignored.values()))  # fmt: skip
     return trace

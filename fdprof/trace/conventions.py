@@ -65,12 +65,19 @@ def _shown(value: Any) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
-def rank(value: Any) -> int:
-    """A process's DP or TP rank from a manifest entry or attribute (an int, or digits as the
-    probe's OTel resource writes it); -1 (unknown) for anything else."""
-    if type(value) is str and value.isdecimal():
+def rank(value: Any, key: str = DP_RANK) -> int:
+    """A process's DP or TP rank (``key`` names it) from a manifest entry or an attribute: an
+    integer, or its digits as the probe's OTel resource writes them; -1 or absent (None):
+    unknown. Anything else is bad input, a ``ValueError`` naming the key and the value (the
+    same in every reader: a rank of ``"zero"`` is not an unknown rank)."""
+    if value is None:
+        return -1
+    if type(value) is str and value.lstrip("-").isdecimal() and len(value) < 20:
         value = int(value)
-    return value if type(value) is int and value >= 0 else -1
+    if type(value) is not int or value < -1 or value >= 2**31:
+        raise ValueError(f"{key} = {_shown(value)}: should be a rank (an integer >= 0; -1: "
+                         "unknown)")  # fmt: skip
+    return value
 
 
 def _bad(key: str, column: Column, row: int, why: str) -> FdprofError:
@@ -137,6 +144,9 @@ def span_columns(spans: pd.DataFrame, attrs: Attrs) -> None:
         if values is None:
             continue
         decoded = decode(key, values)
+        if column == "step" and (decoded < 0).any():
+            row = int(np.flatnonzero(decoded < 0)[0])
+            raise _bad(key, values, row, "a step id is an integer >= 0")
         pos = index.get_indexer(values.span_id)
         found = pos >= 0
         rows, decoded = pos[found], decoded[found]
@@ -190,7 +200,11 @@ def accesses_from_attrs(attrs: Attrs) -> pd.DataFrame:
         if column is None:
             continue
         lengths, blocks = _int_lists(key, column, "should be a list of integer block ids")
-        parts.append((np.repeat(column.span_id, lengths), pool, mode, blocks.to_numpy()))
+        blocks = blocks.to_numpy()
+        if (blocks < 0).any():  # a block id is an index into a pool
+            row = int(np.searchsorted(np.cumsum(lengths), np.flatnonzero(blocks < 0)[0], "right"))
+            raise _bad(key, column, row, "block ids are integers >= 0")
+        parts.append((np.repeat(column.span_id, lengths), pool, mode, blocks))
     if not parts:
         return empty("accesses")
     span_id = np.concatenate([p[0] for p in parts])

@@ -120,15 +120,17 @@ def join(profile: Trace, run: Trace) -> Trace:
         {c: syncs[c].to_numpy(object if c in ("op", "obj", "lane") else None) for c in syncs},
         {c: procs[c].to_numpy() for c in procs.columns},
     )
-    for warning in profile.meta.get("warnings", []) + run.meta.get("warnings", []):
-        trace.warn(warning)
+    trace.meta.setdefault("warnings", []).extend(profile.warnings + run.warnings)
     if several:
         trace.warn(f"{several} span(s) with KV accesses launched device work on several "
-                   "streams: their accesses stay on the host span")  # fmt: skip
+                   "streams: their accesses stay on the host span", "join_several_streams",
+                   several)  # fmt: skip
     trace.warn(
         f"joined {len(matched)} of {len(payload)} NVTX ranges with a payload to native spans; "
         f"{len(unmatched)} unmatched native spans and the run's syncs shifted by {offset} ns "
-        "onto the Nsight timebase"
+        "onto the Nsight timebase",
+        "join",
+        len(matched),
     )
     return trace
 

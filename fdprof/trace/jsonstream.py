@@ -8,6 +8,10 @@ buffer, so memory holds the columns being built plus one buffer, never the whole
 Non-integer numbers decode as :class:`decimal.Decimal`, so microsecond timestamps with
 fractions convert to nanoseconds exactly; :func:`plain` turns them back into floats.
 
+Only JSON is read: Python's decoder also takes ``NaN``, ``Infinity`` and ``-Infinity``, which
+JSON does not have (RFC 8259), and a number past a double's range as infinity; here both are
+bad input, in the stream and in every small JSON file a reader opens (:func:`loads`).
+
 :meth:`Stream.batches` is the fast path for arrays written one element per line (PyTorch,
 Perfetto and fdprof all write them so): it cuts the buffer after the last ``},\n{`` within
 :data:`BATCH_CHARS` and decodes the whole batch at once with msgspec (2-3× the speed of
@@ -35,7 +39,29 @@ import msgspec
 from fdprof.errors import FdprofError
 from fdprof.trace import limits
 
-_DECODER = json.JSONDecoder(parse_float=Decimal)
+
+class NotJSON(ValueError):
+    """A value Python's JSON decoder takes but JSON does not have."""
+
+
+def _constant(name: str) -> Any:
+    raise NotJSON(f"{name} is not JSON (its numbers are finite)")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if value in (float("inf"), float("-inf")):
+        raise NotJSON(f"the number {text[:40]} is beyond the range of a double")
+    return value
+
+
+def loads(data: str | bytes) -> Any:
+    """A whole JSON document (a manifest, an index), strictly JSON: a ``ValueError`` for
+    text that is not JSON, ``NaN``/``Infinity`` and numbers past a double's range included."""
+    return json.loads(data, parse_constant=_constant, parse_float=_finite)
+
+
+_DECODER = json.JSONDecoder(parse_float=Decimal, parse_constant=_constant)
 #: msgspec decoders for batches of elements: plain, and exact when timestamps have fractions
 _FAST = msgspec.json.Decoder()
 _EXACT = msgspec.json.Decoder(float_hook=Decimal)
@@ -130,7 +156,7 @@ def raw_position(f: TextIO) -> int:
 def plain(value: Any) -> Any:
     """``value`` with every Decimal turned into a float (attribute values keep JSON's types)."""
     if isinstance(value, Decimal):
-        return float(value)
+        return _finite(str(value))
     if isinstance(value, dict):
         return {k: plain(v) for k, v in value.items()}
     if isinstance(value, list):
@@ -210,6 +236,8 @@ class Stream:
             except RecursionError:
                 raise self.error(f"a value nested deeper than JSON decoding allows "
                                  f"({sys.getrecursionlimit()} levels)") from None  # fmt: skip
+            except NotJSON as exc:
+                raise self.error(str(exc)) from None
             # a number or literal at the end of the buffer may continue in the next chunk
             at_end = end == len(self._buf) and not isinstance(value, dict | list | str)
             if at_end and self._fill():

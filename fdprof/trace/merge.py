@@ -41,17 +41,21 @@ def merge(traces: list[Trace]) -> Trace:
         ids = set(trace.spans["span_id"].tolist())
         if ids & seen:
             trace = _shift_ids(trace, top - int(trace.spans["span_id"].min()) + 1)
-            merged.warn(f"{trace.meta.get('path')}: span ids renumbered (they collided)")
+            merged.warn(f"{trace.meta.get('path')}: span ids renumbered (they collided)",
+                        "ids_renumbered", len(ids & seen))  # fmt: skip
             ids = set(trace.spans["span_id"].tolist())
         seen |= ids
         top = max([top, *ids]) if ids else top
         for pid in trace.processes.loc[~trace.processes["anchored"], "pid"].tolist():
             merged.warn(
                 f"{trace.meta.get('path')}: process {pid} has no clock anchor; its times are "
-                "used as recorded, not shifted onto the others' timebase"
+                "used as recorded, not shifted onto the others' timebase",
+                "unanchored_process",
             )
         for warning in trace.meta.get("warnings", []):
-            merged.warn(f"{trace.meta.get('path')}: {warning}")
+            merged.meta.setdefault("warnings", []).append(
+                warning.prefixed(f"{trace.meta.get('path')}: ")
+            )
         parts.append(trace)
     for table in SCHEMAS:
         frames = [getattr(t, table) for t in parts]

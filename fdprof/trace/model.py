@@ -172,8 +172,72 @@ class Trace:
         tables = sum(int(getattr(self, t).memory_usage(deep=True).sum()) for t in SCHEMAS)
         return tables + self.attrs.nbytes
 
-    def warn(self, message: str) -> None:
-        self.meta.setdefault("warnings", []).append(message)
+    def warn(self, message: str, code: str, count: int = 1) -> None:
+        """Note what a reader read past (``code``: one of :data:`WARNING_CODES`; ``count``:
+        how many of it): printed on stderr by the commands, listed in their JSON."""
+        self.meta.setdefault("warnings", []).append(TraceWarning(message, code, count))
+
+    @property
+    def origin(self) -> int:
+        """The trace's first time (ns): what a report's times "into the run" count from."""
+        firsts = [int(t.min()) for t in (self.spans["start"], self.syncs["time"]) if len(t)]
+        return min(firsts, default=0)
+
+    @property
+    def warnings(self) -> list[TraceWarning]:
+        return self.meta.get("warnings", [])
+
+
+#: what a reader may warn about, by code: the ``code`` of each entry of a JSON output's
+#: ``warnings`` list (docs/trace.md "Warnings"). A new code is an addition, not a change of
+#: the outputs' schemas; a code's meaning does not change.
+WARNING_CODES = {
+    "negative_duration": "spans that end before they start: read as never ended (end = -1)",
+    "unended_span": "spans that never ended (a process killed or cut, a begin without an end)",
+    "unmatched_end": "end events (E/e) without a begin: ignored",
+    "unsupported_phase": "events of phases the Chrome reader does not read: ignored",
+    "unpaired_flow": "flow events without the other end of their flow: ignored",
+    "wide_int": "attribute values past int64: kept as JSON text, not read as numbers",
+    "no_clock_anchor": "no process anchored to the epoch: times count from the trace's start",
+    "unanchored_process": "a merged process without a clock anchor: its times used as recorded",
+    "ids_renumbered": "span ids that collided across merged traces: renumbered",
+    "clock_alarm": "hosts' clocks that the cross-host edges or the anchors contradict (merge)",
+    "no_manifest": "a run directory without run.json: its .rec files read alone",
+    "run_not_ok": "a run whose status is not ok: records read up to each process's last one",
+    "missing_record": "a record file run.json names is missing",
+    "stray_record": "record files run.json does not name: not read",
+    "nvtx_dropped": "NVTX events dropped (capture file full)",
+    "unplaced_event_sync": "CUDA event synchronisations that are not edges (no record place)",
+    "join_several_streams": "spans with KV accesses whose device work ran on several streams",
+    "join": "what joining an Nsight export to a run matched",
+}
+
+
+class TraceWarning(str):
+    """A reader's warning: its text (what a person reads), a ``code`` naming its kind and the
+    ``count`` of what it is about (spans, events, files), so a script can gate on it in a JSON
+    output. A ``str``, so code and tests that read warnings as text keep working."""
+
+    code: str
+    count: int
+
+    def __new__(cls, text: str, code: str, count: int = 1) -> TraceWarning:
+        if code not in WARNING_CODES:
+            raise ValueError(f"unknown warning code {code!r}")
+        self = super().__new__(cls, text)
+        self.code, self.count = code, int(count)
+        return self
+
+    def __reduce__(self):
+        return TraceWarning, (str(self), self.code, self.count)
+
+    def prefixed(self, prefix: str) -> TraceWarning:
+        """The same warning, its text after ``prefix`` (which trace of several it is about)."""
+        return TraceWarning(f"{prefix}{self}", self.code, self.count)
+
+    def to_json(self, source: str | None = None) -> dict[str, Any]:
+        out: dict[str, Any] = {"code": self.code, "count": self.count, "message": str(self)}
+        return out if source is None else out | {"source": source}
 
 
 def rows(df: pd.DataFrame, columns: list[str]) -> Iterator[tuple]:

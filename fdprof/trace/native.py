@@ -16,7 +16,6 @@ monotonic clock saw it instead of being jittered by each anchor's own measuremen
 from __future__ import annotations
 
 import errno
-import json
 import os
 import re
 import stat
@@ -29,6 +28,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
+from fdprof import files
 from fdprof.errors import FdprofError, short
 from fdprof.probe import records as R
 from fdprof.probe.run_manifest import RECORD_NAME
@@ -37,7 +37,7 @@ from fdprof.trace import conventions as C
 from fdprof.trace import limits, pyspy
 from fdprof.trace.assemble import assemble, on_epoch
 from fdprof.trace.attrs import AttrsBuilder
-from fdprof.trace.jsonstream import file_kind
+from fdprof.trace.jsonstream import file_kind, loads
 from fdprof.trace.model import TEXT, Trace
 
 MANIFEST = "run.json"
@@ -74,7 +74,8 @@ _DTYPES = {
         (R.Kind.ATTR_INTS, R.ATTR_INTS),  # the fixed part; the values follow
     )
 }
-_KNOWN = set(_DTYPES) | {R.Kind.STRING}  # STRING records are decoded one by one
+_KNOWN = set(_DTYPES) | {R.Kind.STRING}
+_CONTEXT_FLAGS = (R.CONTEXT_PARENT, R.CONTEXT_LINK)  # STRING records are decoded one by one
 #: the fewest payload bytes of each kind: its fixed fields
 _LEAST_PAYLOAD = {kind: dt.itemsize - R.RECORD_HEADER.size for kind, dt in _DTYPES.items()}
 _LEAST_PAYLOAD[R.Kind.STRING] = R.STRING.size
@@ -145,7 +146,15 @@ def _decode(path: Path, data: bytearray | None) -> _File | None:
     for off in offs[kinds == R.Kind.STRING].tolist():
         length = data[off + 2] | data[off + 3] << 8
         (sid,) = R.STRING.unpack_from(data, off + 8)
-        out.strings[sid] = data[off + 12 : off + 8 + length].decode(errors="replace")
+        try:  # the probes write whole UTF-8 characters, a cut string included
+            out.strings[sid] = data[off + 12 : off + 8 + length].decode()
+        except UnicodeDecodeError:
+            raise FdprofError(f"{path}: the STRING record at offset {off} is not UTF-8 "
+                              "text") from None  # fmt: skip
+    for what, rank in (("dp", header.dp_rank), ("tp", header.tp_rank)):
+        if rank < -1:
+            raise FdprofError(f"{path}: the header's {what} rank {rank} is not a rank (>= 0; "
+                              "-1: unknown)")  # fmt: skip
 
     span_id, parent_id, name_id, start, tid = columns(
         R.Kind.SPAN_BEGIN, "f0", "f1", "f2", "f4", "tid"
@@ -190,6 +199,10 @@ def _decode(path: Path, data: bytearray | None) -> _File | None:
     }
     out.n_syncs = len(ops)
     (out.contexts,) = columns(R.Kind.CONTEXT)
+    strange = out.contexts["flags"][~np.isin(out.contexts["flags"], _CONTEXT_FLAGS)]
+    if len(strange):
+        raise FdprofError(f"{path}: a CONTEXT record's flags are {int(strange[0])}: should be "
+                          f"{R.CONTEXT_PARENT} (parent) or {R.CONTEXT_LINK} (link)")  # fmt: skip
     name_tid, name_id = columns(R.Kind.THREAD_NAME, "tid", "f0")
     for thread, text in zip(
         name_tid.tolist(), out.text(name_id, "a thread name").to_pylist(), strict=True
@@ -271,15 +284,16 @@ def _unique_span_ids(path: Path, span_id: np.ndarray) -> None:
 def _manifest(path: Path, trace: Trace) -> dict[str, Any]:
     manifest_path = path / MANIFEST
     if not os.path.lexists(manifest_path):
-        trace.warn(f"{path}: no {MANIFEST} (run manifest); reading the .rec files alone")
+        trace.warn(f"{path}: no {MANIFEST} (run manifest); reading the .rec files alone",
+                   "no_manifest")  # fmt: skip
         return {}
     size = limits.current().event_size
     data = _read_inside(path, MANIFEST, size + 1 if size else None)
     if size and len(data) > size:
         raise limits.exceeded(f"{manifest_path}: larger than the maximum event size", "event_size")
     try:
-        manifest = json.loads(data)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        manifest = loads(data)
+    except ValueError as exc:  # not UTF-8, not JSON
         raise FdprofError(f"{manifest_path}: not valid JSON ({exc})") from None
     except RecursionError:
         raise FdprofError(f"{manifest_path}: nested deeper than JSON decoding allows") from None
@@ -289,7 +303,8 @@ def _manifest(path: Path, trace: Trace) -> dict[str, Any]:
     _check_manifest(manifest_path, manifest)
     status = manifest.get("status")
     if status != "ok":
-        trace.warn(f"run status is {status!r}: records are read up to each process's last one")
+        trace.warn(f"run status is {status!r}: records are read up to each process's last one",
+                   "run_not_ok")  # fmt: skip
     return manifest
 
 
@@ -315,6 +330,10 @@ def _check_manifest(where: Path, manifest: dict[str, Any]) -> None:
             if proc.get(key) is not None and type(proc[key]) is not kind:
                 raise FdprofError(f"{where}: processes[{i}].{key} should be {_NAMES[kind]}, not "
                                   f"{short(proc[key])}")  # fmt: skip
+        for key in ("dp_rank", "tp_rank"):
+            if proc.get(key) is not None and not -1 <= proc[key] < 1 << 31:
+                raise FdprofError(f"{where}: processes[{i}].{key} {proc[key]} is not a rank "
+                                  "(>= 0; -1: unknown)")  # fmt: skip
         # a record header's 32-bit pid: negative ones are a converted foreign trace's
         # synthetic processes (native_writer)
         if proc.get("pid") is not None and not -(1 << 31) <= proc["pid"] < 1 << 31:
@@ -343,13 +362,15 @@ def _record_paths(
         pid = proc["pid"] if proc.get("pid") is not None else -1
         named.append((path / record, pid, f"{MANIFEST} says"))
         if not os.path.lexists(path / record):
-            trace.warn(f"process {proc.get('pid')}: record file {record} is missing")
+            trace.warn(f"process {proc.get('pid')}: record file {record} is missing",
+                       "missing_record")  # fmt: skip
     if not named:  # the probe names files <role>-<dp rank>-<pid>.rec
         return [(p, _pid_in_name(p), "its name says") for p in paths] or _no_records(path)
     names = {p for p, _, _ in named}
     strangers = [p.name for p in paths if p not in names]
     if strangers:
-        trace.warn(f"not read, not in {MANIFEST}: {', '.join(strangers)}")
+        trace.warn(f"not read, not in {MANIFEST}: {', '.join(strangers)}", "stray_record",
+                   len(strangers))  # fmt: skip
     return [n for n in named if os.path.lexists(n[0])] or _no_records(path)
 
 
@@ -368,8 +389,8 @@ def _read_inside(run: Path, name: str, most: int | None = None) -> bytearray:
     a FIFO (a read would block for ever) or a device (``/dev/zero``: it never ends). Holes
     (:func:`_read_chunks`) are skipped; at most ``most`` bytes."""
     path = run / name
-    real = path.resolve()
-    if real.parent != run.resolve():
+    real = files.resolved(path)
+    if real.parent != files.resolved(run):
         raise FdprofError(f"{path}: a symbolic link out of the run directory (to {real}); only "
                           "the run's own files are read")  # fmt: skip
     try:
@@ -518,8 +539,12 @@ def _build(trace: Trace, files: list[_File], by_pid: dict[int, dict[str, Any]]) 
         "name": [by_pid.get(f.pid, {}).get("name") or roles[f.pid] for f in files],
         "anchored": [True] * len(files),
         # the manifest's ranks where it has them, else the record file's header's
-        "dp_rank": [_rank(by_pid.get(f.pid, {}).get("dp_rank"), f.header.dp_rank) for f in files],
-        "tp_rank": [_rank(by_pid.get(f.pid, {}).get("tp_rank"), f.header.tp_rank) for f in files],
+        "dp_rank": [
+            _rank(by_pid.get(f.pid, {}).get("dp_rank"), f.header.dp_rank, "dp_rank") for f in files
+        ],
+        "tp_rank": [
+            _rank(by_pid.get(f.pid, {}).get("tp_rank"), f.header.tp_rank, "tp_rank") for f in files
+        ],
     }
     assemble(trace, spans, builder.build(), syncs, processes)
     trace.meta["thread_names"] = {
@@ -529,12 +554,13 @@ def _build(trace: Trace, files: list[_File], by_pid: dict[int, dict[str, Any]]) 
     trace.meta["epoch_anchors"] = {f.pid: f.header.epoch_anchor_ns for f in files}
     unended = sum(f.unended for f in files)
     if unended:
-        trace.warn(f"{unended} span(s) never ended (end = -1): a process was killed or cut")
+        trace.warn(f"{unended} span(s) never ended (end = -1): a process was killed or cut",
+                   "unended_span", unended)  # fmt: skip
 
 
-def _rank(manifest: Any, header: int) -> int:
-    got = C.rank(manifest)
-    return got if got >= 0 else max(header, -1)
+def _rank(manifest: Any, header: int, key: str) -> int:
+    got = C.rank(manifest, f"{MANIFEST} {key}")
+    return got if got >= 0 else header
 
 
 def _contexts(

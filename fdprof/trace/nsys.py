@@ -81,35 +81,65 @@ def sniff(path: Path, head: bytes) -> bool:
 
 def global_tid(values: pd.Series, what: str = "globalTid") -> tuple[np.ndarray, np.ndarray]:
     """``(pid, tid)`` of Nsight's ``globalTid`` / ``globalPid`` values (NULL: 0)."""
-    g = ints(values, what, null=0)
+    g = ints(values, what, null=0, least=0)
     return (g >> 24) & 0xFFFFFF, g & 0xFFFFFF
 
 
-def ints(values: pd.Series, what: str, null: int | None = None) -> np.ndarray:
+def ints(
+    values: pd.Series, what: str, null: int | None = None, least: int | None = None
+) -> np.ndarray:
     """A column as int64. SQLite keeps any type in any column: a NULL is ``null`` where one is
-    given, else bad input, as is a value that is not an integer (text, a real, a blob)."""
+    given, else bad input, as is a value that is not an integer (text, a real, a blob) or,
+    with ``least``, one below it (an id, a device or a stream number below 0)."""
     if pd.api.types.is_integer_dtype(values.dtype):
         missing = values.isna()
         if null is None and missing.any():
             raise FdprofError(f"{what}: {int(missing.sum()):,} NULL value(s) where an integer "
                               "is required")  # fmt: skip
-        return values.to_numpy(np.int64, na_value=null if null is not None else 0)
-    for value in values.tolist():
-        if value is None or value is pd.NA or (type(value) is float and value != value):
-            if null is None:
-                raise FdprofError(f"{what}: a NULL value where an integer is required")
-        elif type(value) is not int:
-            raise FdprofError(f"{what}: {errors.short(value)} is not an integer")
-    return values.astype(object).where(values.notna(), null).to_numpy(np.int64)
+        out = values.to_numpy(np.int64, na_value=null if null is not None else 0)
+    else:
+        for value in values.tolist():
+            if value is None or value is pd.NA or (type(value) is float and value != value):
+                if null is None:
+                    raise FdprofError(f"{what}: a NULL value where an integer is required")
+            elif type(value) is not int:
+                raise FdprofError(f"{what}: {errors.short(value)} is not an integer")
+        out = values.astype(object).where(values.notna(), null).to_numpy(np.int64)
+    if least is not None:
+        below = out[(out < least) & ~values.isna().to_numpy(bool)]
+        if len(below):
+            raise FdprofError(f"{what}: {int(below[0])} is out of range (at least {least})")
+    return out
 
 
-def texts(values: pd.Series, what: str, null: str) -> np.ndarray:
-    """A column of names as an object array of strings (NULL: ``null``)."""
+def optional_ints(values: pd.Series, what: str) -> pd.Series:
+    """A column of integers where NULL means none (an id not given): as it was, once checked."""
+    ints(values, what, null=0)
+    return values
+
+
+def texts(values: pd.Series, what: str, null: str | None) -> np.ndarray:
+    """A column of names as an object array of strings (NULL: ``null``, None allowed)."""
     out = values.astype(object).where(values.notna(), null).to_numpy(object)
     for value in out:
-        if type(value) is not str:
+        if type(value) is not str and not (value is None and null is None):
             raise FdprofError(f"{what}: {errors.short(value)} is not text")
     return out
+
+
+def _pairs(export: _Export, sql: str, what: str) -> list[tuple[int, str]]:
+    """Rows of (integer id, text) from a lookup table (string ids, an enum): an id that is
+    not an integer or a name that is not text is bad input, not a lookup that finds
+    nothing."""
+    rows = export.db.execute(sql).fetchall()
+    for key, value in rows:
+        if type(key) is not int:
+            raise FdprofError(f"{export.path}: {what}: the id {errors.short(key)} is not an "
+                              "integer")  # fmt: skip
+        if type(value) is not str:
+            raise FdprofError(f"{export.path}: {what}: {errors.short(value)} (id {key}) is not "
+                              "text")  # fmt: skip
+    return rows
 
 
 class _Export:
@@ -138,12 +168,13 @@ class _Export:
     def strings(self) -> dict[int, str]:
         if "StringIds" not in self.tables:
             return {}
-        return dict(self.db.execute("SELECT id, value FROM StringIds").fetchall())
+        return dict(_pairs(self, "SELECT id, value FROM StringIds", "StringIds"))
 
     def event_types(self) -> dict[str, int]:
         types = dict(EVENT_TYPES)
         if "ENUM_NSYS_EVENT_TYPE" in self.tables:
-            known = dict(self.db.execute("SELECT name, id FROM ENUM_NSYS_EVENT_TYPE").fetchall())
+            rows = _pairs(self, "SELECT id, name FROM ENUM_NSYS_EVENT_TYPE", "ENUM_NSYS_EVENT_TYPE")
+            known = {name: i for i, name in rows}
             types.update({k: known[k] for k in EVENT_TYPES if k in known})
         return types
 
@@ -152,14 +183,15 @@ class _Export:
         ``CUDA_MEMCPY_KIND_`` prefix; the long-stable ids when the export lacks the enum)."""
         kinds = dict(MEMCPY_KINDS)
         if "ENUM_CUDA_MEMCPY_OPER" in self.tables:
-            rows = self.db.execute("SELECT id, name FROM ENUM_CUDA_MEMCPY_OPER").fetchall()
-            kinds.update({i: _copy_kind(str(n)) for i, n in rows})
+            sql = "SELECT id, name FROM ENUM_CUDA_MEMCPY_OPER"
+            kinds.update({i: _copy_kind(n) for i, n in _pairs(self, sql, "ENUM_CUDA_MEMCPY_OPER")})
         return kinds
 
     def meta(self) -> dict[str, str]:
         for table in ("META_DATA_EXPORT", "EXPORT_META_DATA"):
             if table in self.tables:
-                return dict(self.db.execute(f"SELECT name, value FROM {table}").fetchall())
+                rows = self.db.execute(f"SELECT name, value FROM {table}").fetchall()
+                return {k: v for k, v in rows if type(k) is str and type(v) is str}
         return {}
 
     def epoch_offset(self) -> int | None:
@@ -251,7 +283,10 @@ def _nvtx(export: _Export, strings: dict[int, str], rows: _Rows) -> pd.DataFrame
         "FROM NVTX_EVENTS e"
     )
     where = f"{export.path}: NVTX_EVENTS"
-    kind = pd.Series(ints(df["eventType"], f"{where}.eventType"), index=df.index)
+    kind = pd.Series(ints(df["eventType"], f"{where}.eventType", least=0), index=df.index)
+    for column in ("domainId", "category", "i64", "u64"):
+        optional_ints(df[column], f"{where}.{column}")
+    texts(df["name"], f"{where}.text", None)
     domains = df[kind == types["NvtxDomainCreate"]]
     domain_of = dict(zip(domains["domainId"].tolist(), domains["name"].tolist(), strict=True))
     categories = df[kind == types["NvtxCategory"]]
@@ -315,6 +350,9 @@ def _device(export: _Export, strings: dict[int, str], rows: _Rows) -> pd.DataFra
         df = export.query(f"SELECT {select} FROM {table}")
         if not len(df):
             continue
+        where = f"{export.path}: {table}"
+        for c in extra + name_cols:
+            optional_ints(df[c], f"{where}.{c}")
         demangled = df["demangledName"].map(strings.get) if "demangledName" in df else None
         if what == "kernel":
             short = df["shortName"].map(strings.get) if "shortName" in df else demangled
@@ -325,10 +363,9 @@ def _device(export: _Export, strings: dict[int, str], rows: _Rows) -> pd.DataFra
             names = df["copyKind"].map(lambda k, named=kinds: named.get(k, f"Memcpy kind {k}"))
         else:
             names = pd.Series(["Memset" if what == "memset" else what] * len(df))
-        where = f"{export.path}: {table}"
         pid, _ = global_tid(df["globalPid"], f"{where}.globalPid")
-        device = ints(df["deviceId"], f"{where}.deviceId")
-        stream = ints(df["streamId"], f"{where}.streamId")
+        device = ints(df["deviceId"], f"{where}.deviceId", least=0)
+        stream = ints(df["streamId"], f"{where}.streamId", least=0)
         start, end = ints(df["start"], f"{where}.start"), ints(df["end"], f"{where}.end")
         lanes = _device_lanes(pid, device, stream)
         ids = rows.add_spans(
@@ -350,7 +387,9 @@ def _device(export: _Export, strings: dict[int, str], rows: _Rows) -> pd.DataFra
             parts.append(
                 pd.DataFrame(
                     {
-                        "correlationId": ints(df["correlationId"], f"{where}.correlationId"),
+                        "correlationId": ints(
+                            df["correlationId"], f"{where}.correlationId", least=0
+                        ),
                         "span_id": ids,
                         "time": start,
                         "start": start,
@@ -427,6 +466,8 @@ def _api_calls(export: _Export, strings: dict[int, str], rows: _Rows) -> pd.Data
         pid, tid = global_tid(df["globalTid"], f"{where}.globalTid")
         start = ints(df["start"], f"{where}.start")
         end = ints(df["end"], f"{where}.end", null=-1) if "end" in df else start
+        if "nameId" in df:
+            optional_ints(df["nameId"], f"{where}.nameId")
         names = df["nameId"].map(strings) if "nameId" in df else pd.Series([""] * len(df))
         names = names.fillna("").astype(str)
         shown = names.str.replace(r"_v\d+$", "", regex=True).where(names != "", api)
@@ -503,7 +544,10 @@ def _host_waits(
     needed = {"correlationId", "deviceId", "streamId", "globalPid"}
     if table in export.tables and not needed - export.columns(table):
         waits = export.query(f"SELECT correlationId, deviceId, streamId, globalPid FROM {table}")
-        waits["pid"] = global_tid(waits["globalPid"], f"{export.path}: {table}.globalPid")[0]
+        where = f"{export.path}: {table}"
+        for c in ("correlationId", "deviceId", "streamId"):
+            optional_ints(waits[c], f"{where}.{c}")
+        waits["pid"] = global_tid(waits["globalPid"], f"{where}.globalPid")[0]
     else:
         waits = pd.DataFrame({c: [] for c in ("pid", "correlationId", "deviceId", "streamId")})
     syncs, unplaced = host_waits(waits, calls, launched)
@@ -511,14 +555,17 @@ def _host_waits(
     if unplaced:
         trace.warn(
             f"{unplaced} CUDA event synchronisation(s) (event synchronize, stream wait on an "
-            "event) are not edges: the export does not say where their events were recorded"
+            "event) are not edges: the export does not say where their events were recorded",
+            "unplaced_event_sync",
+            unplaced,
         )
 
 
 def _processes(export: _Export, rows: _Rows) -> dict[int, str]:
     names: dict[int, str] = {}
     if "PROCESSES" in export.tables and {"pid", "name"} <= export.columns("PROCESSES"):
-        names = dict(export.db.execute("SELECT pid, name FROM PROCESSES").fetchall())
+        sql = "SELECT pid, COALESCE(name, CAST(pid AS TEXT)) FROM PROCESSES"
+        names = dict(_pairs(export, sql, "PROCESSES"))
     seen: set[int] = set()
     for part in rows.spans:
         seen.update(part["pid"].tolist())
@@ -532,6 +579,7 @@ def _thread_names(export: _Export, strings: dict[int, str]) -> dict[str, str]:
     if "ThreadNames" not in export.tables:
         return {}
     df = export.query("SELECT nameId, globalTid FROM ThreadNames")
+    ints(df["nameId"], f"{export.path}: ThreadNames.nameId")
     pid, tid = global_tid(df["globalTid"], f"{export.path}: ThreadNames.globalTid")
     return {
         f"{p}/{t}": strings.get(n, str(n))
@@ -574,4 +622,4 @@ def _assemble(trace: Trace, rows: _Rows, procs: dict[int, str], offset: int, anc
     assemble(trace, spans, rows.attrs.build(), syncs, processes)
     unended = int((end == -1).sum())
     if unended:
-        trace.warn(f"{unended} range(s) never ended (end = -1)")
+        trace.warn(f"{unended} range(s) never ended (end = -1)", "unended_span", unended)

@@ -13,7 +13,6 @@ rest of the file was never written (the file is sized up front).
 
 from __future__ import annotations
 
-import json
 import mmap
 import os
 import struct
@@ -25,6 +24,7 @@ from pathlib import Path
 from fdprof.errors import FdprofError
 from fdprof.trace import conventions as C
 from fdprof.trace.attrs import Attrs, AttrsBuilder
+from fdprof.trace.jsonstream import loads
 from fdprof.trace.model import SCHEMAS, Trace, frame
 
 MAGIC = b"FDNVTX1\n"
@@ -113,7 +113,7 @@ def _processes(path: Path) -> dict[int, dict]:
         manifest = folder / "run.json"
         if manifest.is_file():
             try:
-                doc = json.loads(manifest.read_text())
+                doc = loads(manifest.read_text())
             except (OSError, ValueError):
                 return {}
             procs = doc.get("processes") if isinstance(doc, dict) else None
@@ -199,8 +199,8 @@ def read_nvtx_capture(path: str | Path) -> Trace:
                 "role": [str(procs.get(c.pid, {}).get("role", "")) for c in caps],
                 "name": [str(procs.get(c.pid, {}).get("name", "")) for c in caps],
                 "anchored": [True for _ in caps],
-                "dp_rank": [C.rank(procs.get(c.pid, {}).get("dp_rank")) for c in caps],
-                "tp_rank": [C.rank(procs.get(c.pid, {}).get("tp_rank")) for c in caps],
+                "dp_rank": [C.rank(procs.get(c.pid, {}).get("dp_rank"), C.DP_RANK) for c in caps],
+                "tp_rank": [C.rank(procs.get(c.pid, {}).get("tp_rank"), C.TP_RANK) for c in caps],
             },
         ),
         meta={
@@ -212,7 +212,8 @@ def read_nvtx_capture(path: str | Path) -> Trace:
     )
     for cap in caps:
         if cap.dropped:
-            trace.warn(f"pid {cap.pid}: {cap.dropped} NVTX events dropped (capture file full)")
+            trace.warn(f"pid {cap.pid}: {cap.dropped} NVTX events dropped (capture file full)",
+                       "nvtx_dropped", cap.dropped)  # fmt: skip
     return trace.validate()
 
 

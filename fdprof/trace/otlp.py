@@ -20,6 +20,7 @@ from __future__ import annotations
 import base64
 import itertools
 import json
+import math
 from collections.abc import Iterator
 from decimal import Decimal
 from pathlib import Path
@@ -62,6 +63,13 @@ _STATUS_NAMES = {n: c for c, n in OTLP_STATUS.items()} | {
 }
 
 MASK64 = (1 << 64) - 1
+#: attributes that fill a column (a pid, a name, a rank, a lane, a sync event's fields): never
+#: bytes, which would read as their hex text
+_COLUMN_KEYS = frozenset({
+    S.PROCESS_PID, S.SERVICE_NAME, S.ROLE, S.DP_RANK, S.TP_RANK, S.THREAD_ID, S.THREAD_NAME,
+    S.LANE, S.STEP_ID, S.SYNC_OP, S.SYNC_OBJ, S.SYNC_SEQ, PROCESS_NAME, PROCESS_ANCHORED,
+    SPAN_LANE, SPAN_ROLE, SYNC_SPAN,
+})  # fmt: skip
 _RESERVED = {THREAD_ID, S.THREAD_NAME, SPAN_LANE, SPAN_ROLE, UNENDED, SYNTHETIC_TRACE, CARRIER}
 _FILE_ONLY = (PROCESS_NAME, PROCESS_ANCHORED)
 
@@ -75,7 +83,7 @@ def any_value(value: Any) -> dict[str, Any]:
     if isinstance(value, int):
         return {"intValue": str(value)}
     if isinstance(value, float):
-        return {"doubleValue": value}
+        return {"doubleValue": _double_json(value)}
     if isinstance(value, str):
         return {"stringValue": value}
     if isinstance(value, list):
@@ -95,10 +103,7 @@ def from_any(value: Any, depth: int = 0) -> Any:
     if "intValue" in value:
         return _int(value["intValue"], "intValue")
     if "doubleValue" in value:
-        double = value["doubleValue"]
-        if type(double) not in (int, float, Decimal, str):
-            raise TypeError(f"doubleValue should be a number, not {short(double)}")
-        return float(double)
+        return _double(value["doubleValue"])
     if "boolValue" in value:
         return _typed(value["boolValue"], bool, "boolValue")
     if "arrayValue" in value or "kvlistValue" in value:
@@ -116,6 +121,34 @@ def from_any(value: Any, depth: int = 0) -> Any:
     return None
 
 
+#: the doubles the protobuf JSON mapping writes as strings, being no JSON numbers
+_SPECIAL_DOUBLES = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
+
+
+def _double(value: Any) -> float:
+    """A ``doubleValue``: a JSON number, or a string as the protobuf JSON mapping allows
+    (``"NaN"``, ``"Infinity"``, ``"-Infinity"`` or a number's digits); a number past a
+    double's range is bad input, not infinity."""
+    if type(value) is str and value in _SPECIAL_DOUBLES:
+        return _SPECIAL_DOUBLES[value]
+    if type(value) not in (int, float, Decimal, str):
+        raise TypeError(f"doubleValue should be a number, not {short(value)}")
+    out = float(value)
+    if not math.isfinite(out):
+        raise ValueError(f"doubleValue {short(str(value))} is not a finite number")
+    return out
+
+
+def _double_json(value: float) -> float | str:
+    """A double as the protobuf JSON mapping writes it: NaN and infinities as strings (JSON
+    has no such numbers)."""
+    if math.isnan(value):
+        return "NaN"
+    if math.isinf(value):
+        return "Infinity" if value > 0 else "-Infinity"
+    return value
+
+
 def attributes(values: dict[str, Any]) -> list[dict[str, Any]]:
     return [{"key": k, "value": any_value(v)} for k, v in values.items()]
 
@@ -123,15 +156,21 @@ def attributes(values: dict[str, Any]) -> list[dict[str, Any]]:
 def _attr_pairs(items: Any, depth: int = 0) -> Iterator[tuple[str, Any]]:
     for item in _list(items, "attributes"):
         key = _typed(_object(item, "an attribute")["key"], str, "an attribute key")
+        value = _object(item.get("value", {}), f"attribute {short(key)}")
+        if key in _COLUMN_KEYS and "bytesValue" in value:
+            raise TypeError(f"attribute {key} should be a string or an integer, not bytes")
         try:
-            yield key, from_any(item.get("value", {}), depth)
+            yield key, from_any(value, depth)
         except (TypeError, ValueError) as exc:  # say which attribute
             raise type(exc)(f"attribute {short(key)}: {exc}") from None
 
 
+_KIND_NAMES = {str: "a string", int: "an integer", bool: "true or false", float: "a number"}
+
+
 def _typed(value: Any, kind: type, what: str) -> Any:
     if type(value) is not kind:
-        raise TypeError(f"{what} should be a {kind.__name__}, not {short(value)}")
+        raise TypeError(f"{what} should be {_KIND_NAMES[kind]}, not {short(value)}")
     return value
 
 
@@ -153,6 +192,11 @@ def _list(value: Any, what: str) -> list:
     return value
 
 
+def _text(value: Any, key: str) -> str:
+    """A string attribute that fills a column (a role, a process or thread name)."""
+    return _typed(value, str, f"attribute {key}")
+
+
 def _int(value: Any, what: str) -> int:
     """An integer, or its decimal text (the JSON mapping writes 64-bit integers as strings)."""
     if type(value) is int:
@@ -167,6 +211,20 @@ def _int64(value: Any, what: str) -> int:
     t = _int(value, what)
     if not -(2**63) <= t < 2**63:
         raise ValueError(f"{what} {t} does not fit int64")
+    return t
+
+
+def _attr_int(value: Any, key: str) -> int:
+    """An attribute that fills an integer column (a pid, a thread id): an ``intValue`` in
+    int64's range, not a string of digits or a double."""
+    return _int64(_typed(value, int, f"attribute {key}"), f"attribute {key}")
+
+
+def _time(value: Any, what: str) -> int:
+    """A time: OTLP's are unsigned nanoseconds since the epoch, held in int64."""
+    t = _int64(value, what)
+    if t < 0:
+        raise ValueError(f"{what} {t} is negative (OTLP times are unsigned)")
     return t
 
 
@@ -244,29 +302,34 @@ def sniff(path: Path, head: bytes) -> bool:
 
 
 def _id(value: Any) -> int:
-    """A hex (OTLP JSON) or base64 (protobuf JSON) id as a signed 64-bit int (span) or hex."""
+    """A span id, hex (OTLP JSON) or base64 (protobuf JSON) of 8 bytes, as a signed 64-bit
+    int."""
     if value is None or value == "":
         return 0
-    raw = _id_bytes(value)
-    return int(np.uint64(int.from_bytes(raw[-8:], "big")).view(np.int64))
+    raw = _id_bytes(value, 8)
+    return int(np.uint64(int.from_bytes(raw, "big")).view(np.int64))
 
 
 def _trace_id(value: Any) -> str | None:
+    """A trace id (16 bytes) as 32 hex digits."""
     if value is None or value == "":
         return None
-    return value.lower() if len(value) == 32 and _id_bytes(value) else _id_bytes(value).hex()
+    return _id_bytes(value, 16).hex()
 
 
-def _id_bytes(value: Any) -> bytes:
-    """An id's bytes: hex text (OTLP JSON: 16 or 32 digits), else base64 (protobuf JSON)."""
+def _id_bytes(value: Any, size: int) -> bytes:
+    """An id's ``size`` bytes: hex text (OTLP JSON: ``2 * size`` digits), else base64
+    (protobuf JSON)."""
     if type(value) is not str:
         raise TypeError(f"an id should be a string, not {short(value)}")
     try:
-        if len(value) in (16, 32):
-            return bytes.fromhex(value)
-        return base64.b64decode(value, validate=True)
+        raw = bytes.fromhex(value) if len(value) == 2 * size else base64.b64decode(
+            value, validate=True)  # fmt: skip
     except ValueError:
         raise TypeError(f"malformed id {short(value)}") from None
+    if len(raw) != size:
+        raise ValueError(f"id {short(value)} is {len(raw)} bytes, not {size}")
+    return raw
 
 
 class _Reader:
@@ -292,18 +355,22 @@ class _Reader:
             rs = _object(rs, "a resourceSpans entry")
             res = dict(_attr_pairs(_object(rs.get("resource"), "resource").get("attributes")))
             pid = res.get(PROCESS_PID)
-            if type(pid) is not int:
+            if pid is None:  # a resource that names no process: one of its own per resource
                 key = json.dumps(res, sort_keys=True, default=str)
                 pid = self.anonymous.setdefault(key, -1 - len(self.anonymous))
-            role = str(res.get(C.ROLE, res.get(SERVICE_NAME, "")))
+            pid = _attr_int(pid, PROCESS_PID)
+            role = _text(res.get(C.ROLE, res.get(SERVICE_NAME, "")), C.ROLE)
             if pid not in self.procs:
                 limits.check(len(self.procs) + 1, "processes", "processes (resources)")
+                anchored = res.get(PROCESS_ANCHORED, False)
                 self.procs[pid] = {
                     "role": role,
-                    "name": str(res.get(PROCESS_NAME, res.get(SERVICE_NAME, pid))),
-                    "anchored": bool(res.get(PROCESS_ANCHORED, False)),
-                    "dp_rank": C.rank(res.get(C.DP_RANK)),
-                    "tp_rank": C.rank(res.get(C.TP_RANK)),
+                    "name": _text(
+                        res.get(PROCESS_NAME, res.get(SERVICE_NAME, str(pid))), PROCESS_NAME
+                    ),  # fmt: skip
+                    "anchored": _typed(anchored, bool, f"resource attribute {PROCESS_ANCHORED}"),
+                    "dp_rank": C.rank(res.get(C.DP_RANK), C.DP_RANK),
+                    "tp_rank": C.rank(res.get(C.TP_RANK), C.TP_RANK),
                 }
                 self.resources[pid] = {k: v for k, v in res.items() if k not in _FILE_ONLY}
             for ss in _list(rs.get("scopeSpans", rs.get("scope_spans")), "scopeSpans"):
@@ -319,17 +386,19 @@ class _Reader:
     def span(self, span: dict, pid: int, role: str, scope: dict[str, Any]) -> None:
         values = dict(_attr_pairs(span.get("attributes")))
         sid = _id(span.get("spanId"))
-        tid = _int64(values.get(THREAD_ID, 0), THREAD_ID)
+        tid = _attr_int(values.get(THREAD_ID, 0), THREAD_ID)
+        for marker in (CARRIER, UNENDED, SYNTHETIC_TRACE):
+            _typed(values.get(marker, False), bool, f"attribute {marker}")
         if values.pop(CARRIER, False):
             sid = 0
         else:
-            start = _int64(span["startTimeUnixNano"], "startTimeUnixNano")
+            start = _time(span["startTimeUnixNano"], "startTimeUnixNano")
             s = self.spans
             s["span_id"].append(sid)
             s["parent_id"].append(_id(span.get("parentSpanId")))
             s["name"].append(_typed(span.get("name", ""), str, "a span's name"))
             s["start"].append(start)
-            end = -1 if values.get(UNENDED) else _int64(span["endTimeUnixNano"], "endTimeUnixNano")
+            end = -1 if values.get(UNENDED) else _time(span["endTimeUnixNano"], "endTimeUnixNano")
             s["end"].append(end)
             s["pid"].append(pid)
             s["tid"].append(tid)
@@ -339,7 +408,7 @@ class _Reader:
             synthetic = values.get(SYNTHETIC_TRACE)
             s["trace_id"].append(None if synthetic else _trace_id(span.get("traceId")))
             if S.THREAD_NAME in values:
-                self.thread_names[f"{pid}/{tid}"] = str(values[S.THREAD_NAME])
+                self.thread_names[f"{pid}/{tid}"] = _text(values[S.THREAD_NAME], S.THREAD_NAME)
             for key, value in (values | scope | _kind_and_status(span)).items():
                 if key not in _RESERVED:
                     self.attr(sid, key, value)
@@ -371,38 +440,48 @@ class _Reader:
         s["obj"].append(obj)
         s["seq"].append(seq)
         s["keyed"].append(keyed)
-        s["time"].append(_int64(event.get("timeUnixNano"), "timeUnixNano"))
-        s["pid"].append(_int64(values.get(PROCESS_PID, pid), PROCESS_PID))
-        s["tid"].append(_int64(values.get(THREAD_ID, tid), THREAD_ID))
+        s["time"].append(_time(event.get("timeUnixNano"), "timeUnixNano"))
+        s["pid"].append(_attr_int(values.get(PROCESS_PID, pid), PROCESS_PID))
+        s["tid"].append(_attr_int(values.get(THREAD_ID, tid), THREAD_ID))
         lane = values.get(C.LANE)
         s["lane"].append(lane if lane is None else _typed(lane, str, C.LANE))
-        s["span_id"].append(_int64(values.get(SYNC_SPAN, sid), SYNC_SPAN))
+        s["span_id"].append(_attr_int(values.get(SYNC_SPAN, sid), SYNC_SPAN))
 
 
 def _scope_attrs(scope: Any) -> dict[str, Any]:
     """``otel.scope.*`` for a scope that is not fdprof's own."""
-    if not isinstance(scope, dict) or not scope.get("name"):
+    scope = _object(scope, "a scope")
+    name = _typed(scope.get("name") or "", str, "a scope's name")
+    version = _typed(scope.get("version") or "", str, "a scope's version")
+    if not name or name == OWN_SCOPE or name.startswith(OWN_SCOPE + "."):
         return {}
-    name = str(scope["name"])
-    if name == OWN_SCOPE or name.startswith(OWN_SCOPE + "."):
-        return {}
-    out = {S.OTEL_SCOPE_NAME: name}
-    if scope.get("version"):
-        out[S.OTEL_SCOPE_VERSION] = str(scope["version"])
-    return out
+    return {S.OTEL_SCOPE_NAME: name} | ({S.OTEL_SCOPE_VERSION: version} if version else {})
+
+
+#: OTLP's span kinds: unspecified (0), internal (1) and the others :data:`_KINDS` names
+_NO_KIND = {0, 1, "SPAN_KIND_UNSPECIFIED", "SPAN_KIND_INTERNAL"}
 
 
 def _kind_and_status(span: dict) -> dict[str, Any]:
-    """``span.kind`` when not internal, ``otel.status_*`` when set."""
+    """``span.kind`` when not internal, ``otel.status_*`` when set; a kind or status code
+    OTLP does not have is bad input."""
     out: dict[str, Any] = {}
-    kind = _KINDS.get(span.get("kind"))
-    if kind is not None:
-        out[S.SPAN_KIND] = kind
-    status = span.get("status")
-    if isinstance(status, dict) and status.get("code") in _STATUS_NAMES:
-        out[S.OTEL_STATUS_CODE] = _STATUS_NAMES[status["code"]]
-        if status.get("message"):
-            out[S.OTEL_STATUS_DESCRIPTION] = str(status["message"])
+    kind = span.get("kind")
+    if kind is not None and type(kind) in (int, str) and kind in _KINDS:
+        out[S.SPAN_KIND] = _KINDS[kind]
+    elif kind is not None and not (type(kind) in (int, str) and kind in _NO_KIND):
+        raise ValueError(f"a span's kind {short(kind)} is not one of OTLP's span kinds")
+    status = _object(span.get("status"), "a span's status")
+    code = status.get("code")
+    if code in (0, "STATUS_CODE_UNSET") and type(code) is not bool:
+        code = None
+    if code is not None and not (type(code) in (int, str) and code in _STATUS_NAMES):
+        raise ValueError(f"a span's status code {short(code)} is not one of OTLP's")
+    if code is not None:
+        out[S.OTEL_STATUS_CODE] = _STATUS_NAMES[code]
+    message = _typed(status.get("message") or "", str, "a span's status message")
+    if code is not None and message:
+        out[S.OTEL_STATUS_DESCRIPTION] = message
     return out
 
 

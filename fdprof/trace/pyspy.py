@@ -32,7 +32,7 @@ offset (:func:`fdprof.probe.records.epoch_offsets`, the same as its spans).
 
 from __future__ import annotations
 
-import json
+import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,7 +40,8 @@ from typing import Any
 
 import pandas as pd
 
-from fdprof.errors import FdprofError
+from fdprof.errors import FdprofError, short
+from fdprof.trace.jsonstream import loads
 
 SUBDIR = "pyspy"
 INDEX = "index.json"
@@ -103,14 +104,15 @@ def read(run_dir: Path, offsets: dict[int, int]) -> Samples | None:
     if not index_path.is_file():
         return None
     try:
-        index = json.loads(index_path.read_text())
+        index = loads(index_path.read_text())
     except (OSError, ValueError) as exc:
         raise FdprofError(f"{index_path}: not a py-spy index ({exc})") from None
     if not isinstance(index, list):
         raise FdprofError(f"{index_path}: not a py-spy index (expected a list)")
     builder = _Builder()
-    for entry in index:
-        if not isinstance(entry, dict) or not entry.get("ok") or entry.get("pid") not in offsets:
+    for i, entry in enumerate(index):
+        _check(entry, _INDEX_FIELDS, f"{index_path}: entry {i}")
+        if not entry.get("ok") or entry.get("pid") not in offsets:
             continue
         pid = int(entry["pid"])
         path = run_dir / SUBDIR / Path(str(entry.get("file", ""))).name
@@ -130,12 +132,44 @@ def _events(path: Path) -> list[dict[str, Any]]:
     try:
         if path.stat().st_size > MAX_FILE:
             raise FdprofError(f"{path}: larger than {MAX_FILE >> 20} MiB")
-        events = json.loads(path.read_bytes())
+        events = loads(path.read_bytes())
     except (OSError, ValueError) as exc:
         raise FdprofError(f"{path}: not a py-spy Chrome trace ({exc})") from None
     if not isinstance(events, list):
         raise FdprofError(f"{path}: not a py-spy Chrome trace (expected a list of events)")
-    return [e for e in events if isinstance(e, dict) and e.get("ph") in ("B", "E")]
+    for i, event in enumerate(events):
+        _check(event, _EVENT_FIELDS, f"{path}: event {i}")
+        _check(event.get("args") or {}, _ARGS_FIELDS, f"{path}: event {i} args")
+        if event.get("ph") in ("B", "E") and "ts" not in event:
+            raise FdprofError(f"{path}: event {i} has no ts")
+    return [e for e in events if e.get("ph") in ("B", "E")]
+
+
+#: what the reader uses of an index entry, an event and its args, and the types each may have
+#: (absent or null aside): a field of another type, or out of its range, is bad input
+_INDEX_FIELDS = {"ok": (bool,), "pid": (int,), "file": (str,), "rate": (int, float),
+                 "role": (str,), "started_monotonic_ns": (int,),
+                 "popen_returned_monotonic_ns": (int,), "started_epoch_ns": (int,)}  # fmt: skip
+_EVENT_FIELDS = {"ph": (str,), "ts": (int, float), "tid": (int,), "name": (str,),
+                 "args": (dict,)}  # fmt: skip
+_ARGS_FIELDS = {"filename": (str,), "line": (int,)}
+#: fields whose values must be at least 0 (a rate above it)
+_NON_NEGATIVE = ("ts", "line", "pid")
+
+
+def _check(record: Any, fields: dict[str, tuple[type, ...]], where: str) -> None:
+    if type(record) is not dict:
+        raise FdprofError(f"{where}: should be an object, not {short(record)}")
+    for key, kinds in fields.items():
+        value = record.get(key)
+        if value is None:
+            continue
+        if type(value) not in kinds:
+            raise FdprofError(f"{where}: {key} {short(value)} should be "
+                              f"{' or '.join(k.__name__ for k in kinds)}")  # fmt: skip
+        bad = (key in _NON_NEGATIVE and value < 0) or (key == "rate" and not 0 < value < 1e9)
+        if bad or (type(value) is float and not math.isfinite(value)):
+            raise FdprofError(f"{where}: {key} {short(value)} is out of range")
 
 
 def _start(entry: dict[str, Any], offset: int) -> tuple[int, list[int] | None]:

@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 import pytest
+from schemas import validate
 
 
 @pytest.fixture(scope="module")
@@ -19,7 +20,9 @@ def ab_run(tmp_path_factory):
 
 
 def test_json_has_the_contract_keys(ab_run):
-    _, data = ab_run
+    out, data = ab_run
+    validate("ab", data)
+    validate("ab", json.loads((out / "ab.json").read_text()))
     for key in ("verdict", "settings", "runs", "baseline", "candidate", "gain", "ideal",
                 "what_if_drop_lock", "integrity_mismatches", "report"):  # fmt: skip
         assert key in data
@@ -63,6 +66,27 @@ def test_correct_protocol_is_clean_in_both_modes(ab_run):
     assert data["integrity_mismatches"] == 0
 
 
+def test_the_built_in_baseline_is_judged_as_fdprof_hazards_judges_it(ab_run):
+    """The FastDeploy-faithful baseline (one flock descriptor shared by the cache manager's
+    threads) may or may not be seen not to exclude in a run: whichever it was, hazards on each
+    run gives the exit code and the named locks ab reports for it, and the verdict line names
+    the baseline's lock exactly when some baseline run showed it."""
+    _, data = ab_run
+    unsafe = set(data["verdict"]["unsafe_runs"])
+    for run in data["runs"]:
+        done = subprocess.run([sys.executable, "-m", "fdprof", "hazards", run["trace"], "--json"],
+                              capture_output=True, text=True, timeout=300)  # fmt: skip
+        report = json.loads(done.stdout)
+        assert done.returncode == (1 if f"{run['label']} #{run['index']}" in unsafe else 0)
+        assert report["untrusted_locks"] == run["untrusted_locks"]
+        assert ("BROKEN LOCK" in report["verdict"]["line"]) == bool(run["untrusted_locks"])
+    broken = data["verdict"]["broken_locks"]["baseline (lock)"]
+    assert broken["runs"] == sum(bool(r["untrusted_locks"]) for r in data["runs"]
+                                 if r["mode"] == "baseline")  # fmt: skip
+    assert ("BROKEN LOCK" in data["verdict"]["line"]) == (broken["runs"] > 0)
+    assert data["verdict"]["broken_locks"]["lockless"]["runs"] == 0  # no lock, nothing broken
+
+
 def test_reports_are_written_and_self_contained(ab_run):
     out, data = ab_run
     assert data["report"] == {"md": str(out / "report.md"), "html": str(out / "report.html"),
@@ -88,3 +112,18 @@ def test_too_few_runs_is_a_usage_error(tmp_path):
     )
     assert result.returncode == 2
     assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_the_timeline_gives_each_span_name_its_colour(ab_run):
+    """swap (the transfer's copy) and issue_swap_task (the call that blocks) were one colour,
+    so their lanes read as one; each lane of the timeline excerpt has a colour of its own."""
+    out, _ = ab_run
+    html = (out / "report.html").read_text()
+    lanes = re.findall(r'"marker": \{"color": "(#[0-9a-f]{6})"\}, "name": "(\w+)", '
+                       r'"orientation": "h"', html)  # fmt: skip
+    colours: dict[str, set[str]] = {}
+    for colour, name in lanes:
+        colours.setdefault(name, set()).add(colour)
+    assert set(colours) == {"execute_model", "issue_swap_task", "swap", "lock_wait"}
+    assert all(len(c) == 1 for c in colours.values())
+    assert len(set.union(*colours.values())) == 4

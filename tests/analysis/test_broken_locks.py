@@ -92,7 +92,19 @@ def test_overlapping_holds_on_one_lane_or_of_two_locks_are_not_broken():
     assert broken_locks(lock_holds(b.build().syncs)).empty
 
 
-def test_hazards_reports_a_broken_lock_in_text_and_json_and_exits_1(tmp_path):
+def _hazards(run, fmt: str) -> tuple[int, str]:
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        code = main(["hazards", str(run), "--format", fmt])
+    return code, out.getvalue()
+
+
+CLAUSE = f"BROKEN LOCK {LOCK} (1 pair(s) of holds at once): it did not exclude its threads"
+
+
+def test_a_broken_lock_alone_is_named_in_every_format_and_exits_0(tmp_path):
+    """The lock did not exclude, and nothing relied on it: the run is safe (exit 0, as ab
+    judges it) and every format's verdict line names the lock."""
     b = TraceBuilder()
     b.process(1, 0, -1, "engine")
     b.acquire(LOCK, 10, SCHEDULER)
@@ -101,17 +113,42 @@ def test_hazards_reports_a_broken_lock_in_text_and_json_and_exits_1(tmp_path):
     b.release(LOCK, 15, EVICTION)
     b.release(LOCK, 20, SCHEDULER)
     save(b.build(), tmp_path / "run")
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        assert main(["hazards", str(tmp_path / "run"), "--json"]) == 1
-    doc = json.loads(out.getvalue())
+    code, out = _hazards(tmp_path / "run", "json")
+    doc = json.loads(out)
+    assert code == 0 and doc["verdict"]["safe"] is True
     assert doc["counts"]["races"] == 0 and doc["counts"]["broken_locks"] == 1
     assert doc["untrusted_locks"] == [LOCK]
     assert doc["broken_locks"][0]["lane_b"] == EVICTION
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        assert main(["hazards", str(tmp_path / "run")]) == 1
-    assert "BROKEN LOCK" in out.getvalue() and LOCK in out.getvalue()
+    assert (
+        doc["verdict"]["line"] == f"clean: no unordered conflicting accesses; {CLAUSE}, so "
+        "the accesses were judged without it"
+    )
+    for fmt in ("text", "md", "html"):
+        code, out = _hazards(tmp_path / "run", fmt)
+        assert code == 0 and CLAUSE in out, fmt
+
+
+def test_a_broken_lock_that_ordered_accesses_leaves_races_and_exits_1(tmp_path):
+    """As :func:`shared_descriptor_run`, saved (accesses as the attributes that carry them):
+    only the broken lock ordered the swap-out and the later read."""
+    b = TraceBuilder()
+    b.process(1, 0, -1, "engine")
+    b.acquire(LOCK, 1, EVICTION)
+    b.span(EVICTION, "swap", 2, 4, attrs={"kv.gpu_write": [5]})
+    b.release(LOCK, 5, EVICTION)
+    b.acquire(LOCK, 6, SCHEDULER)
+    b.span(SCHEDULER, "swap", 7, 8, attrs={"kv.gpu_read": [5]})
+    b.release(LOCK, 9, SCHEDULER)
+    b.acquire(LOCK, 10, SCHEDULER)
+    b.acquire(LOCK, 12, EVICTION)
+    b.release(LOCK, 15, EVICTION)
+    b.release(LOCK, 20, SCHEDULER)
+    save(b.build(), tmp_path / "run")
+    code, out = _hazards(tmp_path / "run", "json")
+    doc = json.loads(out)
+    assert code == 1 and doc["verdict"]["safe"] is False and doc["counts"]["races"] == 1
+    assert doc["verdict"]["line"].startswith("HAZARDS FOUND: 1 race(s), 1 of them latent; "
+                                             f"{CLAUSE}")  # fmt: skip
 
 
 def _two_threads_under(lock) -> None:

@@ -131,7 +131,7 @@ def test_a_trace_without_kv_accesses_is_not_called_clean(fdprof, tmp_path):
         assert without_anchor_warning(r.stderr) == f"fdprof hazards: {message}\n"
         if "json" in str(extra):  # a script reading stdout gets one JSON object, an error too
             error = {"command": "hazards", "message": message, "exit_code": 2}
-            assert json.loads(r.stdout) == {"error": error}
+            assert json.loads(r.stdout) == {"schema": "fdprof.error/1", "error": error}
         else:
             assert r.stdout == ""
 

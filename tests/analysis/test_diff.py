@@ -12,6 +12,8 @@ from fdprof.analysis.diff import FEW_STEPS, diff_traces
 from fdprof.analysis.hazards import find_hazards
 from fdprof.analysis.stats import ratio_ci
 from fdprof.errors import FdprofError
+from fdprof.report.render import render
+from fdprof.report.tables import as_document
 
 from .builder import TraceBuilder
 
@@ -160,3 +162,108 @@ def test_tokens_count_even_when_some_steps_lack_an_id():
     st = steps(b.build())
     assert st["step"].tolist() == [0, -1] and st["tokens"].fillna(0).tolist() == [8, 0]
     assert diff_traces(b.build(), b.build()).throughput_unit == "tokens/s"
+
+
+def _polling_run(durations, tokens, polls: int = 0, vllm: bool = True):
+    """Steps of the given durations (ns) and tokens, each a ``step`` span with an
+    ``execute_model`` inside; ``polls`` empty steps of 200 ns after the first (vLLM polling
+    pending transfers). ``vllm``: both spans carry the batch's tokens, as vLLM's adapter
+    records them; else only execute_model does, as fdprof's engine."""
+    b = TraceBuilder()
+    t, step = 0, 0
+    for i, (dur, tok) in enumerate(zip(durations, tokens, strict=True)):
+        step += 1
+        b.span("1/1", "step", t, t + dur, step=step,
+               attrs={"batch.size": 2} | ({"batch.tokens": tok} if vllm else {}))  # fmt: skip
+        b.span("3/1", "execute_model", t + 1, t + dur - 1, step=step,
+               attrs={"batch.size": 2, "batch.tokens": tok})  # fmt: skip
+        t += dur + 10
+        for _ in range(polls if i == 0 else 0):
+            step += 1
+            b.span("1/1", "step", t, t + 200, step=step,
+                   attrs={"batch.size": 0} | ({"batch.tokens": 0} if vllm else {}))  # fmt: skip
+            b.span("3/1", "execute_model", t + 1, t + 199, step=step,
+                   attrs={"batch.size": 0})  # fmt: skip
+            t += 210
+    return b.build()
+
+
+DURATIONS = [int(1e6 * (5 + (i * 7) % 11)) for i in range(40)]
+TOKENS = [512 if i % 10 == 0 else 8 for i in range(40)]
+
+
+def test_steps_that_schedule_nothing_are_marked_in_any_engines_trace():
+    for vllm in (True, False):
+        st = steps(_polling_run(DURATIONS[:3], TOKENS[:3], polls=2, vllm=vllm))
+        assert st["no_tokens"].tolist() == [False, True, True, False, False]
+        # vLLM's step and execute_model both carry the batch's tokens: counted once
+        assert st["tokens"].fillna(0).tolist() == [512, 0, 0, 8, 8]
+    b = TraceBuilder()  # a step whose trace says nothing of its batch: taken as work
+    b.span("1/1", "step", 0, 100, step=1)
+    b.span("1/1", "step", 100, 200, step=2, attrs={"batch.size": 0})
+    assert steps(b.build())["no_tokens"].tolist() == [False, True]
+
+
+def test_polls_drive_neither_step_latency_nor_where_the_time_moved():
+    """The same real steps, with and without 50 polls: nothing changes but the polls' count
+    and the throughput (the polls' time is time inside steps)."""
+    quiet = _polling_run(DURATIONS, TOKENS)
+    polled = _polling_run(DURATIONS, TOKENS, polls=50)
+    d = diff_traces(quiet, polled)
+    assert d.step_latency.ratio == 1.0 and d.step_latency.includes_one
+    assert d.per_token.ratio == 1.0 and d.per_token.includes_one
+    assert d.new.step_latency == d.base.step_latency and len(d.new.working) == 40
+    assert (d.moved["delta_mean"] == 0).all()
+    assert d.base.empty_steps["count"] == 0 and d.new.empty_steps["count"] == 50
+    assert d.new.empty_steps["total_ns"] == 50 * 200
+    assert d.throughput.ratio < 1  # the polls took time
+    doc = json.loads(json.dumps(d.to_json()))
+    share = 10000 / (sum(DURATIONS) + 10000)
+    assert doc["new"]["empty_steps"] == {"count": 50, "total_ns": 10000.0,
+                                         "share": pytest.approx(share)}  # fmt: skip
+    assert doc["new"]["working_steps"] == 40
+    assert doc["step_latency"]["steps"] == "that scheduled tokens"
+    text = render(as_document(d), "text")
+    assert ("empty steps (scheduled no tokens; not in step latency): 0 (0 ns, 0.0% of step "
+            "time) -> 50 (10 µs, ") in text  # fmt: skip
+
+
+def test_per_token_time_is_step_time_per_scheduled_token_with_its_interval():
+    base = _polling_run(DURATIONS, TOKENS)
+    slower = _polling_run([2 * d for d in DURATIONS], TOKENS, polls=5)
+    d = diff_traces(base, slower)
+    per_token = sorted(dur / tok for dur, tok in zip(DURATIONS, TOKENS, strict=True))
+    assert d.base.per_token_ns["p50"] == pytest.approx(np.median(per_token))
+    assert d.per_token.ratio == pytest.approx(2.0)
+    assert d.per_token.lo > 1.2 and not d.per_token.includes_one
+    assert d.step_latency.ratio == pytest.approx(2.0)
+    profiler = TraceBuilder()  # no token counts: no per-token time
+    profiler.span("7/7", "ProfilerStep#1", 0, 90)
+    profiler.span("7/7", "ProfilerStep#2", 100, 190)
+    assert diff_traces(profiler.build(), profiler.build()).per_token is None
+
+
+def _served(ttft_ns: int, tokens: int = 5):
+    """Three requests of any engine: a span with fd.first_token_ns and request.output_tokens."""
+    b = TraceBuilder()
+    b.span("1/1", "step", 0, 10_000_000, step=1, attrs={"batch.tokens": 4})
+    for i in range(3):
+        start = 1000 * i
+        b.span("1/1", "request", start, start + 9_000_000,
+               attrs={"fd.first_token_ns": start + ttft_ns + 100 * i,
+                      "request.output_tokens": tokens})  # fmt: skip
+    return b.build()
+
+
+def test_diff_reports_serving_latency_from_any_engines_request_spans():
+    d = diff_traces(_served(1_000_000), _served(2_000_000))
+    assert set(d.serving) == {"ttft", "tpot", "e2e"}
+    assert d.serving["ttft"].ratio == pytest.approx(2.0, rel=0.01)
+    assert d.serving["e2e"].ratio == pytest.approx(1.0)
+    table = next(t for t in as_document(d).tables if t.title.startswith("Serving latency"))
+    assert [r[0] for r in table.rows] == ["time to first token", "time per output token",
+                                          "end-to-end latency"]  # fmt: skip
+    bare = diff_traces(*[_polling_run(DURATIONS[:3], TOKENS[:3])] * 2)
+    assert bare.serving == {}
+    table = next(t for t in as_document(bare).tables if t.title.startswith("Serving latency"))
+    assert table.rows == [] and any("Not measured" in n for n in table.notes)

@@ -77,3 +77,46 @@ def test_a_report_that_checked_nothing_does_not_read_clean(render):
     trace.accesses = trace.accesses.iloc[0:0]
     out = render(find_hazards(trace))
     assert "0 KV-block access(es)" in out and "NOTHING CHECKED" in out and "clean" not in out
+
+
+def test_the_broken_lock_table_shows_times_into_the_run():
+    """Seconds into the run, as a timeline reads them, not epoch nanoseconds (the JSON keeps
+    those): the reference baseline, whose lock is broken as FastDeploy's was."""
+    from pathlib import Path
+
+    from fdprof.trace import load
+
+    trace = load(Path(__file__).resolve().parents[2] / "traces" / "baseline")
+    report = find_hazards(trace)
+    assert not report.broken_locks.empty and report.broken_locks["start_a"].min() > 10**18
+    (table,) = [t for t in document(report, trace.origin).tables if t.title.startswith("Broken")]
+    span_s = (trace.spans["end"].max() - trace.origin) / 1e9
+    for row in table.rows:
+        for held in (row[2], row[4]):
+            start, end = map(float, held.split(" - "))
+            assert 0 <= start <= end <= span_s
+        assert row[5].endswith(("ms", "µs", "ns", " s"))
+    assert "epoch nanoseconds" in table.notes[-1]
+
+
+@pytest.mark.parametrize(("labels", "columns"), [
+    (("lock", "free"), ("lock", "free")),
+    (("run", "run"), ("base", "new")),  # equal: nothing told apart
+    (("NVIDIA__Fuser__report1", "NVIDIA__Fuser__report2"), ("base", "new")),  # long
+])  # fmt: skip
+def test_diff_columns_name_the_traces_once(labels, columns):
+    base = engine_trace(12, mode="baseline")
+    d = diff_traces(base, engine_trace(12, mode="lockless"), labels=labels)
+    doc = document(d)
+    by_name = next(t for t in doc.tables if t.title == "Time by span name")
+    assert by_name.headers[1:3] == [f"{columns[0]} n", f"{columns[0]} total"]
+    assert by_name.headers[4] == f"{columns[1]} n"
+    named = [b for b in doc.blocks[0].items if b.startswith("base: ")]
+    assert named == ([] if columns == labels else [f"base: {labels[0]}; new: {labels[1]}"])
+
+
+def test_diff_labels_take_parent_directories_to_tell_traces_apart(tmp_path):
+    from fdprof.cli.diff import labels
+
+    assert labels(tmp_path / "a" / "run", tmp_path / "b" / "run") == ("a/run", "b/run")
+    assert labels(tmp_path / "x.json.gz", tmp_path / "y.sqlite") == ("x", "y")

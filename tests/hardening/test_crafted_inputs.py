@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import corpus_strict  # noqa: F401 (its cases register into CASES)
 import pytest
 from corpus import BASELINE, CASES
 

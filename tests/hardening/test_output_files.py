@@ -139,7 +139,10 @@ def test_a_run_is_private_and_follows_no_planted_link(tmp_path, bait):
     os.chmod(out, 0o700)
     for name in ("run.json", "tokens.json"):
         (out / name).symlink_to(bait)
-    result = fdprof_cli("run", "--out", out, "--requests", 4, "--workload", "no-swap")
+    refused = fdprof_cli("run", "--out", out, "--requests", 4, "--workload", "no-swap")
+    assert refused.returncode == 2 and "is not empty" in refused.stderr  # without --force
+    assert_untouched(bait)
+    result = fdprof_cli("run", "--out", out, "--requests", 4, "--workload", "no-swap", "--force")
     assert result.returncode == 0, result.stderr
     assert_untouched(bait)
     written = [p for p in out.iterdir()]

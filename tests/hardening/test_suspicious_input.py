@@ -46,6 +46,11 @@ def backwards_steps(tmp_path_factory):
     return root / "bad.json"
 
 
+def _steps() -> int:
+    """How many step spans the reference baseline has (all negated in ``backwards_steps``)."""
+    return int((load(BASELINE).spans["name"] == "step").sum())
+
+
 def rates(doc) -> list[float]:
     """Every ``*_per_s`` number anywhere in a JSON document."""
     if isinstance(doc, dict):
@@ -60,8 +65,13 @@ def test_a_diff_never_reports_a_negative_rate(backwards_steps):
     result = fdprof("diff", str(backwards_steps), str(BASELINE), "--json")
     assert result.returncode == 0, result.stderr
     (warning,) = warnings(result)
-    assert "105 span(s) end before they start" in warning and "'step'" in warning
+    steps = _steps()
+    assert f"{steps} span(s) end before they start" in warning and "'step'" in warning
     doc = json.loads(result.stdout)
+    # counted in the JSON too, under its code, for a script to gate on
+    (counted,) = doc["warnings"]
+    assert counted["code"] == "negative_duration" and counted["count"] == steps
+    assert counted["source"] == "base"
     assert rates(doc) and all(r > 0 for r in rates(doc))
     assert doc["base"]["seconds"] > 0
 
@@ -69,7 +79,7 @@ def test_a_diff_never_reports_a_negative_rate(backwards_steps):
 def test_spans_ending_before_they_start_have_no_end(backwards_steps):
     trace = load(backwards_steps)
     steps = trace.spans[trace.spans["name"] == "step"]
-    assert len(steps) == 105 and (steps["end"] == -1).all()
+    assert len(steps) == _steps() and (steps["end"] == -1).all()
     assert ((trace.spans["end"] == -1) | (trace.spans["end"] >= trace.spans["start"])).all()
 
 

@@ -3,12 +3,17 @@ sent over OTLP/HTTP protobuf to a real receiver started here, and on a Prometheu
 
 from __future__ import annotations
 
+import json
 import re
+import subprocess
+import sys
 import threading
 import time
+from pathlib import Path
 
 from otel_processes import N_REQ, SPANS, Scraper, run_processes, scrape
 from otlp_receiver import Receiver, attrs
+from schemas import validate
 
 from fdprof import probe
 from fdprof import settings as env
@@ -157,8 +162,23 @@ def test_a_collecting_scraper_gets_the_final_counts(tmp_path):
     scraper.start()
     while not scraper.last:
         time.sleep(0.05)
-    assert "fd_generated_tokens_total{" not in scraper.last
+    worker = 'dp_rank="0",kv_lock="unknown",role="worker"'
+    assert f"fd_generated_tokens_total{{{worker}}} 0.0" in scraper.last  # from the start
     assert _stop_in_thread(obs)
     scraper.join(30)
-    worker = 'dp_rank="0",kv_lock="unknown",role="worker"'
     assert f"fd_generated_tokens_total{{{worker}}} {3.0 * N_REQ}" in scraper.last
+
+
+def test_export_otlp_json_names_its_schema():
+    """``export-otlp --json`` to a real receiver: the output validates against its schema."""
+    lockless = Path(__file__).resolve().parents[2] / "traces" / "lockless"
+    with Receiver() as rx:
+        result = subprocess.run(
+            [sys.executable, "-m", "fdprof", "export-otlp", str(lockless), "--endpoint",
+             rx.endpoint, "--json"], capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+        received = len(rx.spans())
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    validate("export-otlp", data)
+    assert data["spans"] == received > 0

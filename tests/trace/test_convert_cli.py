@@ -69,14 +69,20 @@ def test_unknown_output_name_asks_for_to(engine_run, tmp_path):
 
 
 def test_a_run_directory_is_never_overwritten_or_mixed(engine_run, tmp_path):
-    """Converting into a directory that holds a run refuses (nothing lost); a reader meeting
-    .rec files its run.json does not name reads only the named ones and says so."""
+    """Converting into a directory that is not empty refuses (nothing lost) unless --force,
+    which replaces it; a reader meeting .rec files its run.json does not name reads only the
+    named ones and says so."""
     out = tmp_path / "copy"
     assert fdprof("convert", str(engine_run), str(out), "--to", "native").returncode == 0
     before = sorted((p.name, p.read_bytes()) for p in out.iterdir())
+    (out / "notes.txt").write_text("mine")
     again = fdprof("convert", str(engine_run), str(out), "--to", "native")
     assert again.returncode == 2
-    assert again.stderr == f"fdprof convert: {out}: already holds a run; write to a new directory\n"
+    assert again.stderr.startswith(f"fdprof convert: {out} is not empty (")
+    assert "--force" in again.stderr and len(again.stderr.splitlines()) == 1
+    assert (out / "notes.txt").read_text() == "mine"
+    forced = fdprof("convert", str(engine_run), str(out), "--to", "native", "--force")
+    assert forced.returncode == 0, forced.stderr
     assert sorted((p.name, p.read_bytes()) for p in out.iterdir()) == before
     stranger = out / "worker-0-999999.rec"
     stranger.write_bytes(next(engine_run.glob("worker-*.rec")).read_bytes())

@@ -168,10 +168,11 @@ def test_missing_path_is_an_error(tmp_path):
 
 
 def test_int_list_attributes_read_typed(tmp_path):
-    """Lists of every length and sign, unaligned in the file, read back as int64 lists."""
+    """Lists of every length and sign, unaligned in the file, read back as int64 lists (not
+    under a kv.* key: a block id is never negative)."""
     lists = [[], [0], [-5, 2**31 - 1, -(2**31)], list(range(300)), [7] * 3]
     rec = open_recorder(tmp_path / f"worker-0-{os.getpid()}.rec", "worker")
-    name, key = probe.name("execute_model", "execute_model"), probe.key("kv.gpu_read")
+    name, key = probe.name("execute_model", "execute_model"), probe.key("grid")
     for i, values in enumerate(lists):
         sid = rec.begin(name)
         rec.set_str(sid, probe.key("pad"), "x" * i)  # shifts the next record's alignment
@@ -179,6 +180,6 @@ def test_int_list_attributes_read_typed(tmp_path):
         rec.end(sid)
     rec.close()
     trace = load(tmp_path)
-    got = trace.attr("kv.gpu_read")
+    got = trace.attr("grid")
     order = trace.spans.set_index("span_id")["start"].reindex(got.index).argsort()
     assert got.iloc[order].tolist() == lists

@@ -5,9 +5,10 @@ It does nothing unless ``FDPROF_RUN_DIR`` is set. Then, in each process vLLM loa
 (main, engine core, worker; all three in one with ``VLLM_ENABLE_V1_MULTIPROCESSING=0``), it
 configures the probe (``<role>-<dp>-<pid>.rec`` in that directory) and installs the hooks of
 :mod:`fdprof.adapters.vllm.hooks` that fit the process. The main process writes the run's
-``run.json`` when it exits. Supported: vLLM :data:`SUPPORTED_VLLM`; any other version is one
-line on stderr and an unrecorded run whose ``run.json`` says why. Nothing here raises into
-vLLM. See docs/vllm.md.
+``run.json`` when it exits. Supported: any vLLM whose hook targets resolve
+(:mod:`fdprof.adapters.vllm.targets`, looked up in the process at start); another is one line
+on stderr naming what is missing and an unrecorded run whose ``run.json`` says why. Nothing
+here raises into vLLM. See docs/vllm.md, "Versions".
 """
 
 from __future__ import annotations
@@ -21,9 +22,6 @@ from typing import Any
 
 from fdprof import semconv as S
 from fdprof import settings
-
-#: the vLLM releases whose internals the hooks were written against (and tested on)
-SUPPORTED_VLLM = ("0.32.0",)
 
 
 def register() -> None:
@@ -55,7 +53,7 @@ def _start(run_dir: str) -> None:
     import vllm
 
     from fdprof import probe
-    from fdprof.adapters.vllm import hooks
+    from fdprof.adapters.vllm import hooks, targets
 
     single = os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING", "1") == "0"
     role, dp_rank, tp_rank = process_role(multiprocessing.current_process().name, single)
@@ -67,10 +65,11 @@ def _start(run_dir: str) -> None:
     if is_main:
         os.environ[settings.VLLM_MAIN_PID] = str(os.getpid())
     version = getattr(vllm, "__version__", "?")
-    if version not in SUPPORTED_VLLM:
+    missing = targets.problems(targets.runtime_facts())
+    if missing:
         if is_main:
-            error = (f"vLLM {version} is not supported by fdprof's vLLM adapter (supported: "
-                     f"{', '.join(SUPPORTED_VLLM)}); this run is not recorded")  # fmt: skip
+            error = (f"vLLM {version} is not supported by fdprof's vLLM adapter: "
+                     f"{targets.first_problem(missing)}; this run is not recorded")  # fmt: skip
             print(f"fdprof: {error}", file=sys.stderr)
             os.makedirs(run_dir, exist_ok=True)
             from fdprof.probe.run_manifest import write_run_manifest

@@ -100,7 +100,15 @@ class HostCopyWorker(OffloadingWorker):
     ) -> bool:
         return self._submit(_Job(job_id, S.TO_CPU, src_spec.block_ids, dst_spec.block_ids))
 
-    def submit_load(self, job_id: int, src_spec: LoadStoreSpec, dst_spec: GPULoadStoreSpec) -> bool:
+    def submit_load(
+        self,
+        job_id: int,
+        src_spec: LoadStoreSpec,
+        dst_spec: GPULoadStoreSpec,
+        expedited: bool = False,
+    ) -> bool:
+        """``expedited`` (vLLM 0.33: a load waited for within its step) queues like any job:
+        one thread runs them all in submission order."""
         return self._submit(_Job(job_id, S.TO_GPU, dst_spec.block_ids, src_spec.block_ids))
 
     def _submit(self, job: _Job) -> bool:
