@@ -1,4 +1,5 @@
-"""C builds of the package: the native recorder, the record framing walk, the NVTX capture library.
+"""C builds of the package: the native recorder, the record framing walk, the detector's kernels,
+the NVTX capture library.
 
 Metadata lives in pyproject.toml; this file only declares the C targets. The NVTX v3
 headers come from the ``nvidia-nvtx`` wheel (a build requirement in pyproject.toml), found at
@@ -31,6 +32,12 @@ setup(
             "fdprof.probe._recorder", ["fdprof/probe/_recorder.c"], extra_compile_args=CFLAGS
         ),
         Extension("fdprof.probe._records", ["fdprof/probe/_records.c"], extra_compile_args=CFLAGS),
+        Extension(
+            "fdprof.analysis._kernels", ["fdprof/analysis/_kernels.c"], extra_compile_args=CFLAGS
+        ),
+        Extension(
+            "fdprof.trace._chromescan", ["fdprof/trace/_chromescan.c"], extra_compile_args=CFLAGS
+        ),
         # not a Python module: a shared library NVTX loads through NVTX_INJECTION64_PATH
         Extension(
             "fdprof.capture._nvtx_inject",

@@ -21,6 +21,8 @@ from fdprof.errors import FdprofError
 RUN_DIR = "FDPROF_RUN_DIR"
 #: ``python`` selects the pure-Python recorder even where the C extension is built
 RECORDER = "FDPROF_RECORDER"
+#: ``python`` runs the detector's inner loops in their Python twins even where C is built
+KERNELS = "FDPROF_KERNELS"
 #: ms the Prometheus endpoint waits at the end of a run for a scraper to take the final counts
 METRICS_FINAL_SCRAPE_MS = "FDPROF_METRICS_FINAL_SCRAPE_MS"
 #: the pair index of an ``ab --baseline/--candidate`` command's run, set for the command
@@ -158,6 +160,11 @@ def dir_mode(env: Mapping[str, str] | None = None) -> int:
 def python_recorder(env: Mapping[str, str] | None = None) -> bool:
     """``FDPROF_RECORDER=python``: the pure-Python recorder instead of the C extension."""
     return _text(RECORDER, env) == "python"
+
+
+def python_kernels(env: Mapping[str, str] | None = None) -> bool:
+    """``FDPROF_KERNELS=python``: the detector's Python twins instead of its C kernels."""
+    return _text(KERNELS, env) == "python"
 
 
 def otlp_asked(env: Mapping[str, str] | None = None) -> bool:

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import fnmatch
 import functools
-from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,10 +31,26 @@ import pandas as pd
 
 from fdprof import semconv as S
 from fdprof.analysis import instrumentation, verdicts
+from fdprof.analysis.clocks import LaneClocks, SyncClocks, pair_syncs, sync_clocks
 from fdprof.analysis.columns import json_records, require
 from fdprof.analysis.lifetime import empty_violations, lifetime_violations, violations_frame
 from fdprof.analysis.locks import broken_locks, lock_holds, no_broken_locks
-from fdprof.analysis.ownership import dense_keys, empty_findings, find_ownership, ownership_kinds
+from fdprof.analysis.ownership import empty_findings, find_ownership, ownership_kinds
+from fdprof.analysis.search import Pairs, unordered_pairs
+from fdprof.analysis.tables import (
+    ALL_LAYERS,
+    ALLOC,
+    FREE,
+    GAP_COLUMNS,
+    WRITE,
+    AccessTable,
+    SyncTable,
+    access_table,
+    gap,
+    process_ranks,
+    scoped_objects,
+    sync_table,
+)
 from fdprof.errors import FdprofError
 from fdprof.trace.model import Trace
 
@@ -43,8 +58,8 @@ SPAN_NEEDS = ("span_id", "name", "start", "end", "lane", "role", "step")
 ACCESS_NEEDS = ("span_id", "pool", "block", "mode", "layer_lo", "layer_hi")
 SYNC_NEEDS = ("op", "obj", "seq", "keyed", "time", "lane")
 
-GAP_COLUMNS = ["kind", "lane", "obj", "seq", "time", "span_id", "detail"]
-_ALL_LAYERS = np.iinfo(np.int64).max
+#: the columns of ``HazardReport.gaps``
+__all__ = ["GAP_COLUMNS", "HazardReport", "Prepared", "find_hazards", "prepare", "race_kinds"]
 
 
 @dataclass(frozen=True)
@@ -149,48 +164,50 @@ def find_hazards(trace: Trace, drop_objects: Iterable[str] = ()) -> HazardReport
 @dataclass
 class Prepared:
     """What :func:`find_hazards` has in hand before it looks for races: the syncs it trusts
-    (scoped, broken locks and dropped objects gone), each acquire's release (``src``, after
-    cycle breaking), the lanes, their happens-before clocks and the access table. The hook
-    for analyses that order the same accesses differently (:mod:`fdprof.analysis.predict`)."""
+    (scoped, broken locks and dropped objects gone; ``syncs`` the frame, ``table`` its typed
+    form), their happens-before clocks (``clocks``: each acquire's release after cycle
+    breaking, the clock of every sync row, the lane form), the lanes, and the typed access
+    table (``acc``; the allocator's events apart, ``events``). The hook for analyses that order
+    the same accesses differently (:mod:`fdprof.analysis.predict`). ``acc``'s starts are its
+    accesses' entry times (after the acquires inside their span,
+    :mod:`fdprof.analysis.instrumentation`); ``ownership``: the ownership findings."""
 
     spans: pd.DataFrame
     syncs: pd.DataFrame
-    src: np.ndarray
+    table: SyncTable
     lanes: pd.Index
-    clocks: _LaneClocks
-    acc: dict
+    clocks: SyncClocks
+    acc: AccessTable
+    events: AccessTable
     gaps: list[dict[str, Any]]
     dropped: tuple[str, ...]
     broken: pd.DataFrame
-    lifetime: pd.DataFrame
     ownership: pd.DataFrame = field(default_factory=empty_findings)
 
-    def unordered(self, clocks: _LaneClocks | Any) -> tuple[np.ndarray, ...]:
-        """(x, y) access pairs that conflict and are unordered by ``clocks`` (any object with
-        per-lane ``times``, ``vc`` and ``release_times``, monotone along each lane), then the
-        pairs that conflict and overlap in time."""
-        times = np.unique(np.concatenate([self.acc["start"], self.acc["end"], clocks.all_times()]))
-        return _candidate_pairs(self.acc, clocks, _Ranker(times), len(self.lanes))
+    @property
+    def src(self) -> np.ndarray:
+        """Each sync row's release (-1: none), as the clocks used it."""
+        return self.clocks.src
+
+    def unordered(self, clocks: LaneClocks, alarms: bool = True) -> Pairs:
+        """Access pairs that conflict and are unordered by ``clocks`` (any clocks of the
+        :class:`~fdprof.analysis.clocks.LaneClocks` shape), and with ``alarms`` the ordered
+        ones that overlap in time."""
+        return unordered_pairs(self.acc, clocks, alarms=alarms)
 
     def pairs(self, x: np.ndarray, y: np.ndarray) -> pd.DataFrame:
-        """Access pairs as span pairs (:data:`PAIR_COLUMNS`)."""
-        return _pairs_frame(self.spans, x, y, self.acc)
+        """Access pairs (rows of ``acc``) as span pairs (:data:`PAIR_COLUMNS`)."""
+        return race_table(self.spans, AccessPairs.of(self.acc, x), AccessPairs.of(self.acc, y))
 
     def report(self) -> HazardReport:
-        gaps, lanes = _gap_frame(self.gaps), tuple(self.lanes)
-        if self.acc["n"] == 0:
-            empty_pairs = self.pairs(np.empty(0, int), np.empty(0, int))
-            return HazardReport(empty_pairs, empty_pairs.drop(columns="overlapped"), gaps,
-                                self.dropped, lanes, self.acc["checked"], self.broken,
-                                lifetime=self.lifetime, ownership=self.ownership)  # fmt: skip
-        racy_x, racy_y, over_x, over_y = self.unordered(self.clocks)
-        n = self.acc["n"]
-        alarm = ~np.isin(over_x * n + over_y, racy_x * n + racy_y)
-        races = self.pairs(racy_x, racy_y)
-        alarms = self.pairs(over_x[alarm], over_y[alarm])
-        return HazardReport(races, alarms.drop(columns="overlapped"), gaps, self.dropped, lanes,
-                            self.acc["checked"], self.broken, lifetime=self.lifetime,
-                            ownership=self.ownership)  # fmt: skip
+        gaps, lanes = gap_frame(self.gaps), tuple(self.lanes)
+        lifetime = _lifetime(self.spans, self.acc, lifetime_events(self.events),
+                             self.clocks.lanes)  # fmt: skip
+        found = self.unordered(self.clocks.lanes)
+        races = self.pairs(found.racy_x, found.racy_y)
+        alarms = self.pairs(found.alarm_x, found.alarm_y).drop(columns="overlapped")
+        return HazardReport(races, alarms, gaps, self.dropped, lanes, self.acc.checked,
+                            self.broken, lifetime=lifetime, ownership=self.ownership)  # fmt: skip
 
 
 def prepare(trace: Trace, drop_objects: Iterable[str] = ()) -> Prepared:
@@ -199,70 +216,74 @@ def prepare(trace: Trace, drop_objects: Iterable[str] = ()) -> Prepared:
     spans = require(trace.spans, "spans", SPAN_NEEDS)
     accesses = require(trace.accesses, "accesses", ACCESS_NEEDS)
     syncs = require(trace.syncs, "syncs", SYNC_NEEDS)
-    is_event = accesses["mode"].isin(S.ALLOCATOR_MODES).to_numpy(bool)
-    allocator_events, accesses = accesses[is_event], accesses[~is_event]
     dropped = tuple(drop_objects)
     if dropped and not syncs.empty:
         objs = syncs["obj"].astype(str)
         keep = ~objs.map(lambda o: any(fnmatch.fnmatchcase(o, p) for p in dropped)).astype(bool)
         syncs = syncs[keep.to_numpy()]
     syncs = syncs.reset_index(drop=True)
-    bad = ~syncs["op"].isin(["release", "acquire"])
+    bad = ~syncs["op"].isin(S.SYNC_OPS)
     if bad.any():
         raise FdprofError(f"sync op {syncs['op'][bad].iloc[0]!r} is neither release nor acquire")
-    ranks = process_ranks(trace)
-    syncs = _scoped_objects(syncs, {pid: dp for pid, (dp, _) in ranks.items()})
+    ranks = process_ranks(trace.processes)
+    syncs = scoped_objects(syncs, {pid: dp for pid, (dp, _) in ranks.items()})
     broken = broken_locks(lock_holds(syncs))
     if not broken.empty:  # a lock that did not exclude orders nothing
         syncs = syncs[~syncs["obj"].isin(set(broken["obj"].tolist())).to_numpy(bool)]
         syncs = syncs.reset_index(drop=True)
-
-    lanes = pd.Index(
-        pd.unique(pd.concat([spans["lane"], syncs["lane"]], ignore_index=True).astype(str))
-    )
-    gaps: list[dict[str, Any]] = []
-    src, pair_gaps = pair_syncs(syncs)
-    gaps += pair_gaps
-    clocks = _LaneClocks(syncs, src, lanes, gaps)
-    acc, orphan_gaps = _access_table(spans, accesses, lanes, ranks)
+    lanes, span_lane = _lanes(spans, syncs)
+    table = sync_table(syncs, lanes)
+    names = tuple(lanes)
+    src, gaps = pair_syncs(table, names)
+    clocks = sync_clocks(table, src, names, gaps)
+    every, orphan_gaps = access_table(spans, accesses, span_lane, ranks)
+    is_event = every.mode > WRITE
+    acc, events = every.take(~is_event), every.take(is_event)
     # an acquire inside an access span is a gap, and orders the span's accesses
-    acc["start"], inside = instrumentation.entry_times(spans, acc, syncs, lanes)
+    span_ids = spans["span_id"].to_numpy(np.int64)
+    acc, inside = instrumentation.entered(acc, instrumentation.Acquires.of(table, names), span_ids)
     gaps += orphan_gaps + instrumentation.inside_gaps(inside, spans)
     gaps += instrumentation.unsubmitted_waits(trace)
-    gaps += _truncation_gaps(spans)
-    events, _ = _access_table(spans, allocator_events, lanes, ranks)
-    life = np.flatnonzero(np.isin(events["modes"], S.LIFETIME_MODES))
-    lifetime = _lifetime(spans, acc, _rows(events, np.isin(events["mode"], life)),
-                         clocks)  # fmt: skip
+    gaps += truncation_gaps(spans)
     dp_of_pid = {pid: dp for pid, (dp, _) in ranks.items()}
-    ownership = find_ownership(trace, spans, acc, events, lanes, dp_of_pid, clocks.happens_before)
-    return Prepared(spans, syncs, clocks.src, lanes, clocks, acc, gaps, dropped, broken, lifetime,
+    ownership = find_ownership(trace, spans, acc, events, lanes, dp_of_pid,
+                               clocks.lanes.happens_before)  # fmt: skip
+    return Prepared(spans, syncs, table, lanes, clocks, acc, events, gaps, dropped, broken,
                     ownership)  # fmt: skip
 
 
-def _rows(table: dict, keep: np.ndarray) -> dict:
-    """The rows ``keep`` of a table of :func:`_access_table`."""
-    rows = {k: v[keep] if isinstance(v, np.ndarray) and k != "modes" else v
-            for k, v in table.items()}  # fmt: skip
-    return rows | {"n": int(keep.sum())}
+def lifetime_events(events: AccessTable) -> AccessTable:
+    """The allocator events the lifetime check reads (hand-outs and frees, not holds)."""
+    return events.take(np.isin(events.mode, (ALLOC, FREE)))
 
 
-def _lifetime(spans: pd.DataFrame, acc: dict, events: dict, clocks: _LaneClocks) -> pd.DataFrame:
-    """Accesses outside their block's lifetime (:mod:`fdprof.analysis.lifetime`), the pools
-    scoped as for races; (pool, block) numbered densely so no id can overflow a key."""
-    if events["n"] == 0 or acc["n"] == 0:
+def _lanes(spans: pd.DataFrame, syncs: pd.DataFrame) -> tuple[pd.Index, np.ndarray]:
+    """Every lane (the spans' in order of appearance, then the syncs' others) and each span
+    row's lane code; lane columns factorized, not turned into a Python string per row."""
+    codes, uniques = pd.factorize(spans["lane"], use_na_sentinel=False)
+    sync_lanes = pd.unique(syncs["lane"].astype(str)) if len(syncs) else []
+    lanes = pd.Index(pd.unique(np.concatenate([
+        np.asarray([str(u) for u in uniques], dtype=object),
+        np.asarray(sync_lanes, dtype=object)])))  # fmt: skip
+    span_lane = lanes.get_indexer(np.asarray([str(u) for u in uniques], dtype=object))
+    return lanes, span_lane[codes].astype(np.int64) if len(codes) else np.zeros(0, np.int64)
+
+
+def _lifetime(
+    spans: pd.DataFrame, acc: AccessTable, events: AccessTable, clocks: LaneClocks
+) -> pd.DataFrame:
+    """Accesses outside their block's lifetime (:mod:`fdprof.analysis.lifetime`), pools
+    scoped as for races (both tables share one key numbering)."""
+    if len(events) == 0 or len(acc) == 0:
         return empty_violations()
-    pool_code = pd.factorize(np.concatenate([acc["pool"], events["pool"]]))[0]
-    block = np.concatenate([acc["block"], events["block"]])
-    key = dense_keys(pool_code, block)
-    cols = ("lane", "start", "end")
+    cols = ("key", "lane", "start", "end")
     kind, x, e = lifetime_violations(
-        {"key": key[acc["n"] :], "free": events["free"], **{c: events[c] for c in cols}},
-        {"key": key[: acc["n"]], **{c: acc[c] for c in cols}},
+        {"free": events.free, **{c: getattr(events, c) for c in cols}},
+        {c: getattr(acc, c) for c in cols},
         clocks.happens_before,
     )
-    return violations_frame(spans, kind, acc["srow"][x], events["srow"][e], acc["pool"][x],
-                            acc["block"][x])  # fmt: skip
+    return violations_frame(spans, kind, acc.span[x], events.span[e], acc.pool_names()[x],
+                            acc.block[x])  # fmt: skip
 
 
 KIND_KEYS = ["name_a", "role_a", "name_b", "role_b", "modes"]
@@ -303,311 +324,7 @@ def race_kinds(races: pd.DataFrame) -> pd.DataFrame:
     return out.sort_values(["pairs", "first_ns"], ascending=[False, True]).reset_index(drop=True)
 
 
-def process_ranks(trace: Trace) -> dict[int, tuple[int, int]]:
-    """pid -> (DP rank, TP rank), from ``processes`` (-1: unknown)."""
-    processes = trace.processes
-    pids = processes["pid"].to_numpy(np.int64).tolist()
-    dp = processes["dp_rank"].to_numpy(np.int64).tolist()
-    tp = processes["tp_rank"].to_numpy(np.int64).tolist()
-    return dict(zip(pids, zip(dp, tp, strict=True), strict=True))
-
-
-def pool_scopes(ranks: dict[int, tuple[int, int]]) -> dict[int, list[str]]:
-    """pid -> the KV-pool scopes its accesses fall in ("" unscoped): each (DP group, TP rank)
-    has its own pool, so ``gpu:12`` of (dp0, tp0) is not ``gpu:12`` of (dp0, tp1). DP groups
-    are scoped when the trace has several (unknown rank -1 is one group); TP ranks when a
-    group has several known ones, and then a process of that group whose TP rank is unknown
-    falls in all of them (it may touch any shard: hiding a race is worse than a false one)."""
-    dp_values = {dp for dp, _ in ranks.values()}
-    known_tp: dict[int, set[int]] = {dp: set() for dp in dp_values}
-    for dp, tp in ranks.values():
-        if tp >= 0:
-            known_tp[dp].add(tp)
-    out = {}
-    for pid, (dp, tp) in ranks.items():
-        dp_part = f"dp{dp}" if len(dp_values) > 1 else ""
-        tps = sorted(known_tp[dp]) if len(known_tp[dp]) > 1 else []
-        tp_parts = [f"tp{tp}"] if tps and tp >= 0 else [f"tp{t}" for t in tps] or [""]
-        out[pid] = ["/".join(x for x in (dp_part, t) if x) for t in tp_parts]
-    return out
-
-
-def _scoped_objects(syncs: pd.DataFrame, groups: dict[int, int]) -> pd.DataFrame:
-    """Object names made unique where the name alone is ambiguous: ``mutex:*`` are
-    in-process (scoped by pid); keyed channels (queues, signals) belong to one DP group (TP
-    ranks of a group tell their copies apart by seq). Unkeyed inter-process objects stay
-    global, their name says which one they are (our engine's ``lock:kv/dp0``, one flock file
-    per DP group), and so do collectives (``collective:<group>/...``), which span groups."""
-    if syncs.empty:
-        return syncs
-    obj = syncs["obj"].astype(str).to_numpy(dtype=object)
-    pid = syncs["pid"].to_numpy(np.int64)
-    mutex = np.array([o.startswith("mutex:") for o in obj.tolist()], dtype=bool)
-    scoped = obj.copy()
-    if mutex.any():
-        scoped[mutex] = [f"{o}@pid{p}" for o, p in zip(obj[mutex], pid[mutex], strict=True)]
-    collective = np.array([o.startswith(S.COLLECTIVE_PREFIX) for o in obj.tolist()], dtype=bool)
-    keyed = syncs["keyed"].to_numpy(bool) & ~mutex & ~collective
-    if len(set(groups.values())) > 1 and keyed.any():
-        scoped[keyed] = [f"{o}@dp{groups.get(p, -1)}"
-                         for o, p in zip(obj[keyed], pid[keyed], strict=True)]  # fmt: skip
-    if (scoped == obj).all():
-        return syncs
-    return syncs.assign(obj=pd.array(scoped, dtype="string"))
-
-
-def pair_syncs(syncs: pd.DataFrame) -> tuple[np.ndarray, list[dict[str, Any]]]:
-    """For each sync row, the row of the release it acquires (-1: none) and the gaps found.
-
-    A keyed acquire pairs with a keyed release of its ``obj`` and its ``seq`` (if several,
-    the latest at or before it in time, else the first); an unkeyed one with the latest
-    unkeyed release of the object at or before it, and the object's first unkeyed acquire
-    may have none (a lock starts free). Pairing keys are compared column by column (a
-    stable sort on object code, keyed, seq), never packed into one integer: any int64 seq,
-    any number of objects.
-    """
-    n = len(syncs)
-    src = np.full(n, -1, dtype=np.int64)
-    gaps: list[dict[str, Any]] = []
-    if n == 0:
-        return src, gaps
-    obj = syncs["obj"].to_numpy(dtype=object, na_value="")
-    seq = syncs["seq"].to_numpy(np.int64)
-    keyed = syncs["keyed"].to_numpy(bool)
-    time = syncs["time"].to_numpy(np.int64)
-    is_rel = (syncs["op"] == "release").to_numpy(bool)
-    obj_code = pd.factorize(obj)[0].astype(np.int64)
-    # every event in pairing order: (object, keyed, seq), then time, releases before the
-    # acquires of their instant, then row
-    rows = np.arange(n)
-    order = np.lexsort((rows, ~is_rel, time, np.where(keyed, seq, 0), keyed, obj_code))
-    o_obj, o_keyed, o_seq = obj_code[order], keyed[order], seq[order]
-    new_group = np.ones(n, dtype=bool)
-    new_group[1:] = ((o_obj[1:] != o_obj[:-1]) | (o_keyed[1:] != o_keyed[:-1])
-                     | (o_keyed[1:] & (o_seq[1:] != o_seq[:-1])))  # fmt: skip
-    group_start = np.maximum.accumulate(np.where(new_group, np.arange(n), 0))
-    o_rel = is_rel[order]
-    # the latest release at or before each position, and the group's first release
-    last_rel = np.maximum.accumulate(np.where(o_rel, np.arange(n), -1))
-    rel_pos = np.flatnonzero(o_rel)
-    first_rel = np.full(n, -1, dtype=np.int64)
-    if len(rel_pos):
-        nxt = np.searchsorted(rel_pos, group_start)  # the first release at or after the start
-        ok = nxt < len(rel_pos)
-        first_rel[ok] = rel_pos[nxt[ok]]
-    before = last_rel >= group_start
-    # a keyed acquire before its release (skewed clocks): the group's first release
-    after = ~before & o_keyed & (first_rel >= 0) & (group_start[np.maximum(first_rel, 0)]
-                                                     == group_start)  # fmt: skip
-    found = np.where(before, last_rel, np.where(after, first_rel, -1))
-    acq = ~o_rel
-    src[order[acq]] = np.where(found[acq] >= 0, order[np.maximum(found[acq], 0)], -1)
-    missing = np.flatnonzero(~is_rel & (src < 0))
-    if len(missing):
-        unkeyed_acq = rows[~is_rel & ~keyed]
-        by_time = unkeyed_acq[np.lexsort((unkeyed_acq, time[unkeyed_acq]))]
-        first_acq = set(by_time[np.unique(obj_code[by_time], return_index=True)[1]].tolist())
-        lane = syncs["lane"].to_numpy(dtype=object, na_value="")
-        for row in missing.tolist():
-            if not keyed[row] and row in first_acq:
-                continue
-            detail = "no release with this seq" if keyed[row] else "no earlier release"
-            gaps.append(_gap("no_release", str(lane[row]), str(obj[row]), int(seq[row]),
-                             int(time[row]), 0, f"acquire of {obj[row]} has {detail}"))  # fmt: skip
-    return src, gaps
-
-
-class _LaneClocks:
-    """Vector clocks of every sync event, lane by lane, computed in an order that respects
-    the pairing edges (not timestamps: a skewed clock must not reorder anything)."""
-
-    def __init__(
-        self, syncs: pd.DataFrame, src: np.ndarray, lanes: pd.Index, gaps: list[dict[str, Any]]
-    ) -> None:
-        k = len(lanes)
-        n = len(syncs)
-        lane = lanes.get_indexer(syncs["lane"].astype(str)) if n else np.empty(0, int)
-        time = syncs["time"].to_numpy(np.int64)
-        is_rel = (syncs["op"] == "release").to_numpy(bool)
-        order = np.lexsort((np.arange(n), time, lane))
-        bounds = np.searchsorted(lane[order], np.arange(k + 1))
-        lane_rows = [order[bounds[i] : bounds[i + 1]] for i in range(k)]
-        pairing = src.tolist()
-        vc = self._propagate([r.tolist() for r in lane_rows], is_rel.tolist(), pairing, syncs,
-                             gaps)  # fmt: skip
-        #: each acquire's release as the clocks used it (a cycle's dropped edge is -1)
-        self.src = np.asarray(pairing, dtype=np.int64)
-        self.lane_rows = lane_rows
-        self.times = [time[r] for r in lane_rows]
-        self.vc = [vc[r] for r in lane_rows]
-        self.release_times = [time[r][is_rel[r]] for r in lane_rows]
-
-    @staticmethod
-    def _propagate(lane_rows, is_rel, src, syncs, gaps) -> np.ndarray:
-        """The clock of every sync event (rows of an (n, lanes) array). Plain Python ints
-        and tuples: with a handful of lanes they beat numpy's per-call overhead."""
-        k = len(lane_rows)
-        pos = [0] * k
-        cur = [[0] * k for _ in range(k)]
-        vc: list[tuple[int, ...] | None] = [None] * len(src)
-        waiting: dict[int, list[int]] = {}
-        runnable = deque(range(k))
-        left = sum(len(r) for r in lane_rows)
-        while left:
-            while runnable:
-                lane = runnable.popleft()
-                rows, p, clock = lane_rows[lane], pos[lane], cur[lane]
-                while p < len(rows):
-                    row = rows[p]
-                    if is_rel[row]:
-                        clock[lane] += 1
-                    else:
-                        s = src[row]
-                        if s >= 0:
-                            other = vc[s]
-                            if other is None:
-                                waiting.setdefault(s, []).append(lane)
-                                break
-                            clock[:] = map(max, clock, other)
-                    vc[row] = tuple(clock)
-                    left -= 1
-                    p += 1
-                    if row in waiting:
-                        runnable.extend(waiting.pop(row))
-                pos[lane] = p
-            if left:
-                # Every unfinished lane waits on a release that waits on it: a cycle of edges
-                # the trace cannot have meant. Drop the earliest blocked edge and go on.
-                blocked = [
-                    (lane_rows[i][pos[i]], i) for i in range(k) if pos[i] < len(lane_rows[i])
-                ]
-                row, lane = min(blocked, key=lambda b: (syncs["time"].iat[b[0]], b[0]))
-                waiting[src[row]].remove(lane)
-                src[row] = -1
-                e = syncs.iloc[row]
-                gaps.append(
-                    _gap(
-                        "cycle",
-                        str(e["lane"]),
-                        str(e["obj"]),
-                        int(e["seq"]),
-                        int(e["time"]),
-                        0,
-                        "acquire waits on a release that waits on it",
-                    )
-                )
-                runnable.append(lane)
-        return np.array(vc, dtype=np.int64).reshape(len(src), k)
-
-    def happens_before(
-        self, lane_a: np.ndarray, end_a: np.ndarray, lane_b: np.ndarray, start_b: np.ndarray
-    ) -> np.ndarray:
-        """Elementwise: whether a span on ``lane_a`` ending at ``end_a`` happens before one on
-        ``lane_b`` starting at ``start_b`` (one lane: program order, by time)."""
-        out = (lane_a == lane_b) & (end_a <= start_b)
-        for la, lb in set(zip(lane_a.tolist(), lane_b.tolist(), strict=True)):
-            on = np.flatnonzero((lane_a == la) & (lane_b == lb))
-            if la == lb or not len(self.times[lb]):
-                continue
-            epoch = np.searchsorted(self.release_times[la], end_a[on], "left") + 1
-            at = np.searchsorted(self.times[lb], start_b[on], "right") - 1
-            entry = np.where(at >= 0, self.vc[lb][np.maximum(at, 0), la], 0)
-            out[on] = entry >= epoch
-        return out
-
-    def all_times(self) -> np.ndarray:
-        return np.concatenate(self.times) if self.times else np.empty(0, np.int64)
-
-
-class _Ranker:
-    """Times → dense ranks, so (block, time) pairs pack into one sortable int64."""
-
-    def __init__(self, times: np.ndarray) -> None:
-        self.times = times
-        self.inf = len(times)  # rank of +inf; -1 is -inf
-        self.base = len(times) + 2
-
-    def __call__(self, t: np.ndarray) -> np.ndarray:
-        return np.searchsorted(self.times, t)
-
-
-def _access_table(
-    spans: pd.DataFrame,
-    accesses: pd.DataFrame,
-    lanes: pd.Index,
-    ranks: dict[int, tuple[int, int]],
-):
-    """Accesses joined with their (finished) spans, as numpy columns; pools scoped per (DP
-    group, TP rank) (:func:`pool_scopes`), an access of a process in several scopes repeated
-    once per scope. ``checked``: the accesses before that repetition."""
-    span_ids = spans["span_id"].to_numpy(np.int64)
-    span_index = pd.Index(span_ids)
-    if not span_index.is_unique:
-        raise FdprofError("trace spans table has duplicate span_id values")
-    srow = span_index.get_indexer(accesses["span_id"].to_numpy(np.int64))
-    gaps = []
-    orphan = srow < 0
-    if orphan.any():
-        gaps.append(
-            _gap(
-                "orphan_access",
-                "",
-                "",
-                -1,
-                -1,
-                int(accesses["span_id"].iat[int(np.flatnonzero(orphan)[0])]),
-                f"{int(orphan.sum())} access rows name no span",
-            )
-        )
-    ends = spans["end"].to_numpy(np.int64)
-    ok = ~orphan
-    ok[ok] = ends[srow[ok]] != -1
-    srow = srow[ok]
-    a = accesses[ok]
-    pool = a["pool"].astype(str).to_numpy(dtype=object)
-    rows = np.arange(len(a))
-    scopes = pool_scopes(ranks)
-    if any(label for labels in scopes.values() for label in labels):
-        pids, inverse = np.unique(spans["pid"].to_numpy(np.int64)[srow], return_inverse=True)
-        labels = [scopes.get(p, [""]) for p in pids.tolist()]
-        sizes = np.array([len(ls) for ls in labels], dtype=np.int64)
-        flat = np.array([f"@{x}" if x else "" for ls in labels for x in ls], dtype=object)
-        first = np.cumsum(sizes) - sizes
-        count = sizes[inverse]
-        rows = np.repeat(rows, count)
-        nth = np.arange(len(rows)) - np.repeat(np.cumsum(count) - count, count)
-        pool = pool[rows] + flat[first[inverse][rows] + nth]
-        srow = srow[rows]
-    pool_code, pools = pd.factorize(pool)
-    block = a["block"].to_numpy(np.int64)[rows]
-    nb = int(block.max()) + 1 if len(block) else 1
-    lo = a["layer_lo"].to_numpy(np.int64)[rows]
-    hi = a["layer_hi"].to_numpy(np.int64)[rows]
-    all_layers = (lo < 0) & (hi < 0)
-    mode_code, modes = pd.factorize(a["mode"])
-    acc = {
-        "n": len(rows),
-        "checked": len(a),
-        "srow": srow,
-        "lane": lanes.get_indexer(spans["lane"].astype(str).to_numpy()[srow]),
-        "key": pool_code.astype(np.int64) * nb + block,
-        "write": (a["mode"] == S.MODE_WRITE).to_numpy(bool)[rows],
-        "free": (a["mode"] == S.MODE_FREE).to_numpy(bool)[rows],
-        # the mode of each row as the index of its name in ``modes`` (factorized from the
-        # column as it is: an object array of a million strings costs seconds)
-        "mode": mode_code[rows],
-        "modes": np.asarray(modes, dtype=object),
-        "lo": np.where(all_layers, 0, lo),
-        "hi": np.where(all_layers, _ALL_LAYERS, hi),
-        "start": spans["start"].to_numpy(np.int64)[srow],
-        "end": ends[srow],
-        "pool": np.asarray(pools, dtype=object)[pool_code],
-        "block": block,
-    }
-    return acc, gaps
-
-
-def _truncation_gaps(spans: pd.DataFrame) -> list[dict[str, Any]]:
+def truncation_gaps(spans: pd.DataFrame) -> list[dict[str, Any]]:
     """One gap per lane whose spans never ended (the process died or the trace was cut)."""
     cut = np.flatnonzero(spans["end"].to_numpy(np.int64) == -1)
     if len(cut) == 0:
@@ -619,7 +336,7 @@ def _truncation_gaps(spans: pd.DataFrame) -> list[dict[str, Any]]:
         on = cut[lane == name]
         first = on[np.argmin(start[lane == name])]
         out.append(
-            _gap(
+            gap(
                 "truncated",
                 name,
                 "",
@@ -632,106 +349,6 @@ def _truncation_gaps(spans: pd.DataFrame) -> list[dict[str, Any]]:
     return out
 
 
-def _candidate_pairs(acc: dict, clocks: _LaneClocks, rank: _Ranker, k: int):
-    """(x, y) access pairs on lanes x < y that conflict and are unordered, and those that
-    conflict and overlap in time."""
-    lane, key, write = acc["lane"], acc["key"], acc["write"]
-    start_r, end_r = rank(acc["start"]), rank(acc["end"])
-    epoch = np.zeros(acc["n"], dtype=np.int64)
-    at = np.full(acc["n"], -1, dtype=np.int64)  # last sync on its lane at or before its start
-    for li in range(k):
-        on = lane == li
-        if not on.any():
-            continue
-        epoch[on] = np.searchsorted(clocks.release_times[li], acc["end"][on], "left") + 1
-        at[on] = np.searchsorted(clocks.times[li], acc["start"][on], "right") - 1
-    index = {
-        li: _LaneIndex(np.flatnonzero(lane == li), key, start_r, end_r, write, rank.base)
-        for li in range(k)
-        if (lane == li).any()
-    }
-    racy: list[tuple[np.ndarray, np.ndarray]] = []
-    over: list[tuple[np.ndarray, np.ndarray]] = []
-    for l1, i1 in index.items():
-        xs = i1.rows
-        for l2, i2 in index.items():
-            if l2 <= l1:
-                continue
-            # not X->Y iff Y.start < tA; not Y->X iff Y.end > tB
-            vcol = clocks.vc[l2][:, l1] if len(clocks.times[l2]) else np.empty(0, np.int64)
-            ia = np.searchsorted(vcol, epoch[xs], "left")
-            t2 = clocks.times[l2]
-            ta = np.where(
-                ia < len(t2),
-                rank(t2[np.minimum(ia, max(len(t2) - 1, 0))]) if len(t2) else rank.inf,
-                rank.inf,
-            )
-            # entry(X)[l2]: the clock of X's lane at X's start, l2's entry
-            vc1 = clocks.vc[l1]
-            kk = np.where(at[xs] >= 0, vc1[np.maximum(at[xs], 0), l2] if len(vc1) else 0, 0)
-            rt = clocks.release_times[l2]
-            tb = np.where(kk > 0, rank(rt[np.maximum(kk - 1, 0)]) if len(rt) else -1, -1)
-            racy.append(i2.query(xs, key, write, ta, tb, acc))
-            over.append(i2.query(xs, key, write, end_r[xs], start_r[xs], acc))
-    return (*_cat(racy), *_cat(over))
-
-
-def _cat(pairs: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
-    if not pairs:
-        return np.empty(0, np.int64), np.empty(0, np.int64)
-    return np.concatenate([p[0] for p in pairs]), np.concatenate([p[1] for p in pairs])
-
-
-class _LaneIndex:
-    """One lane's accesses sorted by (block, start), all and writes only, with the running
-    maximum of ends, so 'spans on this lane and block that intersect (tB, tA)' is two
-    binary searches and a filter."""
-
-    def __init__(self, rows, key, start_r, end_r, write, base) -> None:
-        self.rows = rows
-        self.base = base
-        self.sorted = {
-            w: self._build(rows[write[rows]] if w else rows, key, start_r, end_r)
-            for w in (False, True)
-        }
-
-    def _build(self, rows, key, start_r, end_r):
-        order = np.lexsort((start_r[rows], key[rows]))
-        rows = rows[order]
-        by_start = key[rows] * self.base + start_r[rows] + 1
-        by_end = (
-            np.maximum.accumulate(key[rows] * self.base + end_r[rows] + 1) if len(rows) else rows
-        )
-        return rows, by_start, by_end, end_r[rows]
-
-    def query(self, xs, key, write, ta, tb, acc):
-        out_x, out_y = [], []
-        for writes_only in (False, True):
-            sel = ~write[xs] if writes_only else write[xs]
-            if not sel.any():
-                continue
-            x = xs[sel]
-            rows, by_start, by_end, yend = self.sorted[writes_only]
-            kb = key[x] * self.base
-            a = np.searchsorted(by_start, kb + np.broadcast_to(ta, xs.shape)[sel] + 1, "left")
-            b = np.searchsorted(by_end, kb + np.broadcast_to(tb, xs.shape)[sel] + 1, "right")
-            length = np.maximum(a - b, 0)
-            total = int(length.sum())
-            if total == 0:
-                continue
-            xi = np.repeat(np.arange(len(x)), length)
-            offs = np.arange(total) - np.repeat(np.cumsum(length) - length, length)
-            yi = np.repeat(b, length) + offs
-            keep = yend[yi] > np.broadcast_to(tb, xs.shape)[sel][xi]
-            xr, yr = x[xi[keep]], rows[yi[keep]]
-            layers = (acc["lo"][xr] < acc["hi"][yr]) & (acc["lo"][yr] < acc["hi"][xr])
-            out_x.append(xr[layers])
-            out_y.append(yr[layers])
-        if not out_x:
-            return np.empty(0, np.int64), np.empty(0, np.int64)
-        return np.concatenate(out_x), np.concatenate(out_y)
-
-
 PAIR_COLUMNS = [
     "span_a", "span_b", "name_a", "name_b", "lane_a", "lane_b", "role_a", "role_b",
     "step_a", "step_b", "start_a", "end_a", "start_b", "end_b", "blocks", "n_blocks",
@@ -739,32 +356,34 @@ PAIR_COLUMNS = [
 ]  # fmt: skip
 
 
-def _pairs_frame(spans: pd.DataFrame, x: np.ndarray, y: np.ndarray, acc: dict) -> pd.DataFrame:
-    """Access pairs aggregated per pair of spans, ``a`` the one that started first."""
-    if len(x) == 0:
+def race_table(spans: pd.DataFrame, x: AccessPairs, y: AccessPairs) -> pd.DataFrame:
+    """Access pairs aggregated per pair of spans (:data:`PAIR_COLUMNS`), ``a`` the one that
+    started first: the race and alarm tables. ``x`` and ``y`` are the pairs' two sides, each
+    access as its span's row in ``spans``, scoped pool name, block, mode and layer range; the
+    pairs may come from any partition of the accesses (pairs of one span pair from several
+    partitions are aggregated here)."""
+    if len(x.span) == 0:
         return _empty_pairs().copy()
     start = spans["start"].to_numpy(np.int64)
-    s1, s2 = acc["srow"][x], acc["srow"][y]
-    swap = (start[s2] < start[s1]) | ((start[s2] == start[s1]) & (s2 < s1))
-    xa, xb = np.where(swap, y, x), np.where(swap, x, y)
-    sa, sb = acc["srow"][xa], acc["srow"][xb]
-    groups, first, inverse = np.unique(sa * len(start) + sb, return_index=True, return_inverse=True)
+    swap = (start[y.span] < start[x.span]) | ((start[y.span] == start[x.span]) & (y.span < x.span))
+    a, b = x.where(~swap, y), x.where(swap, y)
+    groups, first, inverse = np.unique(a.span * len(start) + b.span, return_index=True,
+                                       return_inverse=True)  # fmt: skip
     sets: list[tuple[set, set, set, set]] = [(set(), set(), set(), set()) for _ in groups]
-    lo, hi, write = acc["lo"], acc["hi"], acc["write"]
-    for g, pool, block, wa, wb, a, b in zip(
-        inverse.tolist(), acc["pool"][xa].tolist(), acc["block"][xa].tolist(),
-        write[xa].tolist(), write[xb].tolist(), xa.tolist(), xb.tolist(), strict=True,
+    for g, pool, block, wa, wb, la, ha, lb, hb in zip(
+        inverse.ravel().tolist(), a.pool.tolist(), a.block.tolist(), a.write.tolist(),
+        b.write.tolist(), a.lo.tolist(), a.hi.tolist(), b.lo.tolist(), b.hi.tolist(), strict=True,
     ):  # fmt: skip
         blocks, modes, layers_a, layers_b = sets[g]
         blocks.add((pool, block))
         modes.add(("w" if wa else "r") + ("w" if wb else "r"))
-        layers_a.add(_layer_text(lo[a], hi[a]))
-        layers_b.add(_layer_text(lo[b], hi[b]))
-    ra, rb = sa[first], sb[first]
+        layers_a.add(_layer_text(la, ha))
+        layers_b.add(_layer_text(lb, hb))
+    ra, rb = a.span[first], b.span[first]
     out: dict[str, Any] = {}
     for c in ("span_id", "name", "lane", "role", "step", "start", "end"):
-        values = spans[c].to_numpy()
-        out[f"{c}_a"], out[f"{c}_b"] = values[ra], values[rb]
+        column = spans[c]  # the pairs' rows taken first: no Python object per span of the trace
+        out[f"{c}_a"], out[f"{c}_b"] = column.take(ra).to_numpy(), column.take(rb).to_numpy()
     frame = pd.DataFrame(out).rename(columns={"span_id_a": "span_a", "span_id_b": "span_b"})
     frame["blocks"] = [[f"{p}:{b}" for p, b in sorted(s[0])] for s in sets]
     frame["n_blocks"] = [len(s[0]) for s in sets]
@@ -772,6 +391,29 @@ def _pairs_frame(spans: pd.DataFrame, x: np.ndarray, y: np.ndarray, acc: dict) -
         frame[col] = [",".join(sorted(s[i])) for s in sets]
     frame["overlapped"] = (frame["start_a"] < frame["end_b"]) & (frame["start_b"] < frame["end_a"])
     return frame[PAIR_COLUMNS]
+
+
+@dataclass(frozen=True)
+class AccessPairs:
+    """One side of a list of access pairs, as :func:`race_table` reads it: each access's span
+    row, scoped pool name, block, whether it writes, layer range."""
+
+    span: np.ndarray
+    pool: np.ndarray
+    block: np.ndarray
+    write: np.ndarray
+    lo: np.ndarray
+    hi: np.ndarray
+
+    @classmethod
+    def of(cls, acc: AccessTable, rows: np.ndarray) -> AccessPairs:
+        return cls(acc.span[rows], acc.pool_names()[rows], acc.block[rows], acc.write[rows],
+                   acc.lo[rows], acc.hi[rows])  # fmt: skip
+
+    def where(self, mask: np.ndarray, other: AccessPairs) -> AccessPairs:
+        """Each pair's side from ``self`` where ``mask``, else from ``other``."""
+        return AccessPairs(*(np.where(mask, getattr(self, f), getattr(other, f))
+                             for f in ("span", "pool", "block", "write", "lo", "hi")))  # fmt: skip
 
 
 @functools.cache
@@ -787,15 +429,11 @@ _PAIR_DTYPES = {
 
 
 def _layer_text(lo: int, hi: int) -> str:
-    return "all" if hi == _ALL_LAYERS else f"[{lo},{hi})"
+    return "all" if hi == ALL_LAYERS else f"[{lo},{hi})"
 
 
-def _gap(kind: str, lane: str, obj: str, seq: int, time: int, span_id: int, detail: str):
-    return {"kind": kind, "lane": lane, "obj": obj, "seq": seq, "time": time,
-            "span_id": span_id, "detail": detail}  # fmt: skip
-
-
-def _gap_frame(gaps: list[dict[str, Any]]) -> pd.DataFrame:
+def gap_frame(gaps: list[dict[str, Any]]) -> pd.DataFrame:
+    """The ``gaps`` table of a report from :func:`fdprof.analysis.tables.gap` rows."""
     if not gaps:
         return pd.DataFrame({c: pd.Series(dtype="object") for c in GAP_COLUMNS})
     return pd.DataFrame(gaps, columns=GAP_COLUMNS)

@@ -1,12 +1,10 @@
 """The seam between the partitioned analyses (:mod:`fdprof.analysis.distributed`) and the
-in-process happens-before core (:mod:`fdprof.analysis.hazards`, :mod:`fdprof.analysis.predict`).
-
-Why one module: the core's internals (sync pairing, lane clocks, the access table, the
-candidate search, the pair and violation tables) are not a public API and are being
-restructured; everything the distributed execution takes from them goes through the functions
-here, so a change of the core is adapted here and nowhere else. Each function is the core's
-own step on a piece of the trace: the clocks from the whole (small) sync table, the search on
-one block bucket's accesses, the report tables from the pieces' raw results.
+in-process happens-before core: everything the distributed execution takes from the core, on
+the core's public API (:mod:`fdprof.analysis.tables`, :mod:`fdprof.analysis.clocks`,
+:mod:`fdprof.analysis.search`, the steps of :mod:`fdprof.analysis.predict`), so the pieces
+are the core's own steps on a piece of the trace: the clocks from the whole (small) sync
+table, the search on one block bucket's accesses, the report tables from the pieces' raw
+results.
 """
 
 from __future__ import annotations
@@ -18,10 +16,21 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from fdprof import semconv as S
 from fdprof.analysis import hazards as H
 from fdprof.analysis import instrumentation
 from fdprof.analysis import predict as P
+from fdprof.analysis.clocks import SyncClocks
 from fdprof.analysis.lifetime import empty_violations, lifetime_violations, violations_frame
+from fdprof.analysis.search import ClockIndex, unordered_pairs
+from fdprof.analysis.tables import (
+    WRITE,
+    AccessTable,
+    SyncTable,
+    access_table,
+    gap,
+    process_ranks,
+)
 from fdprof.trace.model import Trace, frame
 
 #: what a bucket's search returns per access pair: the two spans and the access of each
@@ -32,22 +41,23 @@ LIFETIME_RAW = ["kind", "span_x", "span_e", "pool", "block"]
 
 @dataclass
 class Clocks:
-    """What every bucket needs, computed once from the syncs and broadcast: the trusted syncs'
-    lanes and happens-before clocks, the ranks scoping the pools, and the gaps found."""
+    """What every bucket needs, computed once from the syncs and broadcast: the lanes, the
+    trusted syncs' happens-before clocks (``sync``; ``index``, what the search reads of
+    them), the ranks scoping the pools, and the gaps found. ``syncs``/``table``: the trusted
+    syncs, for WCP's setup on the client (not broadcast)."""
 
     lanes: pd.Index
-    clocks: Any  # hazards._LaneClocks
+    sync: SyncClocks
+    index: ClockIndex
     ranks: dict[int, tuple[int, int]]
-    #: every clock time, sorted and distinct (merged into each bucket's own)
-    times: np.ndarray
     gaps: list[dict[str, Any]]
     dropped: tuple[str, ...]
     broken: pd.DataFrame
-    syncs: pd.DataFrame
-    src: np.ndarray
-    #: the trusted acquires (index: their row among ``syncs``): an acquire inside an access
-    #: span orders its accesses and is a gap (:mod:`fdprof.analysis.instrumentation`)
-    acquires: pd.DataFrame | None = None
+    syncs: pd.DataFrame | None
+    table: SyncTable | None
+    #: the trusted acquires: one inside an access span orders its accesses and is a gap
+    #: (:mod:`fdprof.analysis.instrumentation`)
+    acquires: instrumentation.Acquires | None = None
 
 
 def clocks(
@@ -70,10 +80,9 @@ def clocks(
         "trace_id": np.full(k, None, object),
     })  # fmt: skip
     p = H.prepare(Trace(spans=spans, syncs=syncs, processes=processes), drop_objects)
-    acquires = p.syncs[(p.syncs["op"] == "acquire").to_numpy(bool)]
-    return Clocks(p.lanes, p.clocks, H.process_ranks(Trace(processes=processes)),
-                  np.unique(p.clocks.all_times()), p.gaps, p.dropped, p.broken, p.syncs,
-                  p.src, acquires[["op", "obj", "seq", "time", "lane"]])  # fmt: skip
+    return Clocks(p.lanes, p.clocks, ClockIndex.of(p.clocks.lanes), process_ranks(processes),
+                  p.gaps, p.dropped, p.broken, p.syncs, p.table,
+                  instrumentation.Acquires.of(p.table, tuple(p.lanes)))  # fmt: skip
 
 
 def bucket_spans(part: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -92,110 +101,91 @@ def bucket_spans(part: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     return part, spans
 
 
-def _merged_times(acc: dict, clock_times: np.ndarray) -> np.ndarray:
-    """Every time the bucket's search ranks: its accesses' and the clocks' (sorted merges)."""
-    own = np.unique(np.concatenate([acc["start"], acc["end"]]))
-    both = np.concatenate([clock_times, own])
-    both.sort(kind="stable")  # two sorted runs: a merge
-    keep = np.ones(len(both), dtype=bool)
-    keep[1:] = both[1:] != both[:-1]
-    return both[keep]
+def _tables(
+    part: pd.DataFrame, c: Clocks
+) -> tuple[pd.DataFrame, AccessTable, AccessTable, pd.DataFrame]:
+    """A bucket's spans and typed tables: its accesses (starts: their entry times, after the
+    acquires inside their span), the allocator events the lifetime check reads, and the
+    acquires found inside access spans (:func:`instrumentation.entered`)."""
+    accesses, spans = bucket_spans(part)
+    lane = c.lanes.get_indexer(spans["lane"].to_numpy(object)).astype(np.int64)
+    every, _ = access_table(spans, accesses, lane, c.ranks)  # orphans: counted by the caller
+    is_event = every.mode > WRITE
+    acc, inside = every.take(~is_event), pd.DataFrame(columns=instrumentation.INSIDE_COLUMNS)
+    if c.acquires is not None:
+        acc, inside = instrumentation.entered(acc, c.acquires,
+                                              spans["span_id"].to_numpy(np.int64))  # fmt: skip
+    return spans, acc, H.lifetime_events(every.take(is_event)), inside
 
 
-def search_bucket(part: pd.DataFrame, c: Clocks, wcp: Any = None) -> dict[str, Any]:
+def search_bucket(part: pd.DataFrame, c: Clocks, wcp: WcpBroadcast | None = None) -> dict:
     """The core's access table and candidate search on one bucket: raw racy pairs, alarm pairs
     (conflicting, overlapping, ordered), lifetime violations, the orphan count and how many
     accesses were checked. ``wcp``: clocks to search with instead (``--predict``)."""
-    from fdprof import semconv as S
-
-    accesses, spans = bucket_spans(part)
-    is_event = accesses["mode"].isin(S.ALLOCATOR_MODES).to_numpy(bool)
-    events_in, accesses = accesses[is_event], accesses[~is_event]
-    events_in = events_in[events_in["mode"].isin(S.LIFETIME_MODES).to_numpy(bool)]
-    acc, _ = H._access_table(spans, accesses, c.lanes, c.ranks)
+    spans, acc, events, inside = _tables(part, c)
+    accesses = part[~part["mode"].isin(S.ALLOCATOR_MODES).to_numpy(bool)]
     orphan = np.flatnonzero(accesses["span_lane"].isna().to_numpy())
     out: dict[str, Any] = {
-        "checked": acc["checked"],
+        "checked": acc.checked,
         # (how many accesses name no span, the first one's span id): one gap, reduced
         "orphans": (len(orphan), int(accesses["span_id"].iat[orphan[0]]) if len(orphan) else 0),
         "races": _empty_raw(PAIR_RAW),
         "alarms": _empty_raw(PAIR_RAW),
         "lifetime": _empty_raw(LIFETIME_RAW),
-        "inside": pd.DataFrame(columns=instrumentation.INSIDE_COLUMNS),
+        "inside": inside,
     }
-    if acc["n"] == 0:
+    if len(acc) == 0:
         return out
-    acc["start"], out["inside"] = _entry(spans, acc, c)
     span_ids = spans["span_id"].to_numpy(np.int64)
-    rank = H._Ranker(_merged_times(acc, c.times if wcp is None else wcp.sorted_times))
-    racy_x, racy_y, over_x, over_y = H._candidate_pairs(acc, c.clocks if wcp is None else wcp,
-                                                        rank, len(c.lanes))  # fmt: skip
-    out["races"] = _raw_pairs(acc, span_ids, racy_x, racy_y)
+    found = unordered_pairs(acc, c.index if wcp is None else wcp.index, alarms=wcp is None)
+    out["races"] = _raw_pairs(acc, span_ids, found.racy_x, found.racy_y)
     if wcp is not None:
         return out
-    n = acc["n"]
-    alarm = ~np.isin(over_x * n + over_y, racy_x * n + racy_y)
-    out["alarms"] = _raw_pairs(acc, span_ids, over_x[alarm], over_y[alarm])
-    events, _ = H._access_table(spans, events_in, c.lanes, c.ranks)
-    if events["n"]:
-        out["lifetime"] = _raw_lifetime(spans, acc, events, c, span_ids)
+    out["alarms"] = _raw_pairs(acc, span_ids, found.alarm_x, found.alarm_y)
+    if len(events):
+        out["lifetime"] = _raw_lifetime(acc, events, c, span_ids)
     return out
-
-
-def _entry(spans: pd.DataFrame, acc: dict, c: Clocks) -> tuple[np.ndarray, pd.DataFrame]:
-    """The core's entry times of a bucket's accesses (after the acquires inside their span),
-    and those acquires, for the gaps the reduction names."""
-    if c.acquires is None:
-        return acc["start"], pd.DataFrame(columns=instrumentation.INSIDE_COLUMNS)
-    return instrumentation.entry_times(spans, acc, c.acquires, c.lanes)
 
 
 def _empty_raw(columns: list[str]) -> pd.DataFrame:
     return pd.DataFrame({c: pd.Series(dtype=object if c == "pool" else "int64") for c in columns})
 
 
-def _raw_pairs(acc: dict, span_ids: np.ndarray, x: np.ndarray, y: np.ndarray) -> pd.DataFrame:
+def _raw_pairs(acc: AccessTable, span_ids: np.ndarray, x: np.ndarray, y: np.ndarray):
+    write = acc.write
     return pd.DataFrame({
-        "span_x": span_ids[acc["srow"][x]], "span_y": span_ids[acc["srow"][y]],
-        "pool": acc["pool"][x], "block": acc["block"][x],
-        "write_x": acc["write"][x].astype(np.int64), "write_y": acc["write"][y].astype(np.int64),
-        "lo_x": acc["lo"][x], "hi_x": acc["hi"][x], "lo_y": acc["lo"][y], "hi_y": acc["hi"][y],
+        "span_x": span_ids[acc.span[x]], "span_y": span_ids[acc.span[y]],
+        "pool": acc.pool_names()[x], "block": acc.block[x],
+        "write_x": write[x].astype(np.int64), "write_y": write[y].astype(np.int64),
+        "lo_x": acc.lo[x], "hi_x": acc.hi[x], "lo_y": acc.lo[y], "hi_y": acc.hi[y],
     })  # fmt: skip
 
 
-def _raw_lifetime(spans, acc, events, c: Clocks, span_ids) -> pd.DataFrame:
+def _raw_lifetime(acc: AccessTable, events: AccessTable, c: Clocks, span_ids) -> pd.DataFrame:
     """:func:`hazards._lifetime` on one bucket, one row per violating access (by span id: the
     names come with the reduction)."""
-    pool_code = pd.factorize(np.concatenate([acc["pool"], events["pool"]]))[0]
-    block = np.concatenate([acc["block"], events["block"]])
-    key = np.unique(np.stack([pool_code, block]), axis=1, return_inverse=True)[1].ravel()
-    cols = ("lane", "start", "end")
+    cols = ("key", "lane", "start", "end")
     k, x, e = lifetime_violations(
-        {"key": key[acc["n"] :], "free": events["free"], **{col: events[col] for col in cols}},
-        {"key": key[: acc["n"]], **{col: acc[col] for col in cols}},
-        c.clocks.happens_before,
+        {"free": events.free, **{col: getattr(events, col) for col in cols}},
+        {col: getattr(acc, col) for col in cols},
+        c.sync.lanes.happens_before,
     )
-    return pd.DataFrame({"kind": k, "span_x": span_ids[acc["srow"][x]],
-                         "span_e": span_ids[events["srow"][e]], "pool": acc["pool"][x],
-                         "block": acc["block"][x]})  # fmt: skip
+    return pd.DataFrame({"kind": k, "span_x": span_ids[acc.span[x]],
+                         "span_e": span_ids[events.span[e]], "pool": acc.pool_names()[x],
+                         "block": acc.block[x]})  # fmt: skip
 
 
 def pair_table(spans: pd.DataFrame, raw: pd.DataFrame) -> pd.DataFrame:
     """The core's race table (``PAIR_COLUMNS``) from raw access pairs of every bucket;
     ``spans``: the spans they name, in the trace's row order."""
-    if raw.empty:
-        return H._pairs_frame(spans, np.empty(0, int), np.empty(0, int), {})
     at = pd.Index(spans["span_id"].to_numpy(np.int64))
-    n = len(raw)
-    acc = {
-        "srow": np.concatenate([at.get_indexer(raw["span_x"]), at.get_indexer(raw["span_y"])]),
-        "pool": np.concatenate([raw["pool"].to_numpy(object)] * 2),
-        "block": np.concatenate([raw["block"].to_numpy(np.int64)] * 2),
-        "write": np.concatenate([raw["write_x"], raw["write_y"]]).astype(bool),
-        "lo": np.concatenate([raw["lo_x"], raw["lo_y"]]).astype(np.int64),
-        "hi": np.concatenate([raw["hi_x"], raw["hi_y"]]).astype(np.int64),
-    }
-    return H._pairs_frame(spans, np.arange(n), np.arange(n, 2 * n), acc)
+    pool = raw["pool"].to_numpy(object)
+    block = raw["block"].to_numpy(np.int64)
+    x, y = (H.AccessPairs(at.get_indexer(raw[f"span_{s}"]).astype(np.int64), pool, block,
+                          raw[f"write_{s}"].to_numpy().astype(bool),
+                          raw[f"lo_{s}"].to_numpy(np.int64), raw[f"hi_{s}"].to_numpy(np.int64))
+            for s in "xy")  # fmt: skip
+    return H.race_table(spans, x, y)
 
 
 def lifetime_table(spans: pd.DataFrame, raw: pd.DataFrame) -> pd.DataFrame:
@@ -225,12 +215,12 @@ def report(
     if inside is not None:
         gaps += instrumentation.inside_gaps(inside, spans)
     if orphans[0]:
-        gaps.append(H._gap("orphan_access", "", "", -1, -1, orphans[1],
-                           f"{orphans[0]} access rows name no span"))  # fmt: skip
-    gaps += H._truncation_gaps(unended)
+        gaps.append(gap("orphan_access", "", "", -1, -1, orphans[1],
+                        f"{orphans[0]} access rows name no span"))  # fmt: skip
+    gaps += H.truncation_gaps(unended)
     return H.HazardReport(pair_table(spans, races),
                           pair_table(spans, alarms).drop(columns="overlapped"),
-                          H._gap_frame(gaps), c.dropped, tuple(c.lanes), checked, c.broken,
+                          H.gap_frame(gaps), c.dropped, tuple(c.lanes), checked, c.broken,
                           lifetime=lifetime_table(spans, lifetime),
                           ownership_checked=False)  # fmt: skip
 
@@ -238,98 +228,37 @@ def report(
 # -- WCP (--predict) --
 
 
-def wcp_setup(c: Clocks) -> dict[str, Any]:
-    """The whole-trace parts of :class:`predict.WcpClocks` that need only the syncs: the
-    clocks of every row with all edges and with hard edges only, the holds, and each row's
-    releases before it on its lane."""
-    syncs, k = c.syncs, len(c.lanes)
-    n = len(syncs)
-    hb = c.clocks
-    is_rel = (syncs["op"] == "release").to_numpy(bool)
-    is_lock = P.lock_rows_mask(syncs) if n else np.zeros(0, bool)
-    lane = c.lanes.get_indexer(syncs["lane"].astype(str)) if n else np.empty(0, np.int64)
-    time = syncs["time"].to_numpy(np.int64)
-    h_full = P._row_clocks(hb, n, k)
-    hard_src = np.where(is_lock & ~is_rel, -1, c.src)
-    hard = H._LaneClocks(syncs, hard_src, c.lanes, [])
-    h_hard = P._row_clocks(hard, n, k)
-    rel_before = np.zeros(n, dtype=np.int64)
-    for rows in hb.lane_rows:
-        r = is_rel[rows].astype(np.int64)
-        rel_before[rows] = np.cumsum(r) - r
-    return {"is_rel": is_rel, "is_lock": is_lock, "lane": lane, "time": time,
-            "h_full": h_full, "hard": hard, "h_hard": h_hard, "rel_before": rel_before,
-            "holds": P._ordered_holds(syncs)}  # fmt: skip
+def wcp_setup(c: Clocks) -> P.WcpSetup:
+    """WCP's part of the syncs (:func:`predict.wcp_setup`), computed once and broadcast."""
+    return P.wcp_setup(c.syncs, c.table, c.sync)
 
 
-class _Part:
-    """The slice of :class:`hazards.Prepared` that rule (a) reads: one bucket's access table
-    (its ``srow`` holding span ids) and the lanes."""
-
-    def __init__(self, acc: dict, lanes: pd.Index) -> None:
-        self.acc, self.lanes = acc, lanes
-
-
-def wcp_landings(part: pd.DataFrame, c: Clocks, w: dict[str, Any]) -> tuple[np.ndarray, ...]:
+def wcp_landings(part: pd.DataFrame, c: Clocks, w: P.WcpSetup) -> tuple[np.ndarray, ...]:
     """Rule (a) on one bucket (it groups by (lock, block), so buckets by block are exact):
-    (span ids, their start, their lane, the joined clock landing at each span's start)."""
-    from fdprof import semconv as S
-
-    accesses, spans = bucket_spans(part)
-    accesses = accesses[~accesses["mode"].isin(S.ALLOCATOR_MODES).to_numpy(bool)]
-    acc, _ = H._access_table(spans, accesses, c.lanes, c.ranks)
-    k = len(c.lanes)
-    empty = (np.empty(0, np.int64),) * 3 + (np.zeros((0, k), np.int64),)
-    if acc["n"] == 0:
-        return empty
-    acc["start"], _ = _entry(spans, acc, c)
-    entry = spans["start"].to_numpy(np.int64).copy()  # a landing span's entry time
-    entry[acc["srow"]] = acc["start"]
-    span_ids = spans["span_id"].to_numpy(np.int64)
-    local = acc["srow"]
-    acc = dict(acc, srow=span_ids[local])
-    rows, vc = P._rule_a(_Part(acc, c.lanes), w["holds"], w["hard"], w["h_full"], w["h_hard"],
-                         w["rel_before"], w["lane"], w["time"])  # fmt: skip
+    (span ids, their entry time, their lane, the joined clock landing at each span's entry)."""
+    spans, acc, _, _ = _tables(part, c)
+    rows, vc = P.landings(w, acc)
     if not len(rows):
-        return empty
-    at = pd.Index(span_ids).get_indexer(rows)
-    return rows, entry[at], c.lanes.get_indexer(
-        spans["lane"].to_numpy(object)[at]), vc  # fmt: skip
-
-
-class _Spans:
-    """The slice of :class:`hazards.Prepared` the WCP propagation reads: the landing spans
-    (lane, start), the lanes, the HB clocks' lane order and each acquire's release."""
-
-    def __init__(self, c: Clocks, lane: np.ndarray, start: np.ndarray) -> None:
-        self.lanes, self.clocks, self.src = c.lanes, c.clocks, c.src
-        self.spans = pd.DataFrame({"lane": np.asarray(c.lanes, dtype=object)[lane],
-                                   "start": start})  # fmt: skip
+        return (np.empty(0, np.int64),) * 3 + (np.zeros((0, len(c.lanes)), np.int64),)
+    lane = c.lanes.get_indexer(spans["lane"].to_numpy(object)[rows]).astype(np.int64)
+    entry = spans["start"].to_numpy(np.int64).copy()  # a landing span's entry time
+    entry[acc.span] = acc.start
+    return spans["span_id"].to_numpy(np.int64)[rows], entry[rows], lane, vc
 
 
 class WcpBroadcast:
-    """The WCP clocks in the shape the candidate search queries (``times``, ``vc``,
-    ``release_times``, ``all_times``), built on the client from every bucket's landings."""
+    """The WCP clocks (:func:`predict.propagate`) built on the client from every bucket's
+    landings, and what the search reads of them (``index``), broadcast to the buckets."""
 
-    def __init__(self, c: Clocks, w: dict[str, Any], landings: list[tuple]) -> None:
+    def __init__(self, c: Clocks, w: P.WcpSetup, landings: list[tuple]) -> None:
         k = len(c.lanes)
-        rows = np.concatenate([x[0] for x in landings]) if landings else np.empty(0, np.int64)
+        ids = np.concatenate([x[0] for x in landings]) if landings else np.empty(0, np.int64)
         start = np.concatenate([x[1] for x in landings]) if landings else np.empty(0, np.int64)
         lane = np.concatenate([x[2] for x in landings]) if landings else np.empty(0, np.int64)
         vc = np.concatenate([x[3] for x in landings]) if landings else np.zeros((0, k), np.int64)
-        if len(rows):  # a span landed on in several buckets: the join of its clocks
-            frame = pd.DataFrame(vc).groupby(rows).max()
-            first = pd.DataFrame({"r": rows, "s": start, "l": lane}).groupby("r").first()
-            rows, vc = frame.index.to_numpy(np.int64), frame.to_numpy(np.int64)
-            start = first.loc[rows, "s"].to_numpy(np.int64)
-            lane = first.loc[rows, "l"].to_numpy(np.int64)
-        spans = _Spans(c, lane, start)
-        self.release_times = c.clocks.release_times
-        self.times, self.vc = P._propagate_wcp(spans, w["holds"], (np.arange(len(rows)), vc),
-                                               w["h_full"], w["rel_before"], w["is_rel"],
-                                               w["is_lock"], w["lane"], w["time"])  # fmt: skip
-        #: every WCP clock time, sorted and distinct
-        self.sorted_times = np.unique(self.all_times())
-
-    def all_times(self) -> np.ndarray:
-        return np.concatenate(self.times) if self.times else np.empty(0, np.int64)
+        if len(ids):  # a span landed on in several buckets: the join of its clocks
+            order = np.argsort(ids, kind="stable")
+            ids, start, lane, vc = ids[order], start[order], lane[order], vc[order]
+            first = np.flatnonzero(np.concatenate([[True], ids[1:] != ids[:-1]]))
+            start, lane, vc = start[first], lane[first], np.maximum.reduceat(vc, first, axis=0)
+        self.index = ClockIndex.of(P.propagate(w, lane, start, vc))

@@ -20,12 +20,15 @@ after its span's end only (a completion signalled before the copy is done is a r
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from fdprof import semconv as S
+from fdprof.analysis.tables import AccessTable, SyncTable
 from fdprof.trace.model import Trace
 
 SYNC_IN_ACCESS_SPAN = "sync_in_access_span"
@@ -39,51 +42,76 @@ WAIT_UNSUBMITTED = "wait_unsubmitted"
 INSIDE_COLUMNS = ["lane", "span_id", "row", "obj", "seq", "time"]
 
 
+@dataclass(frozen=True)
+class Acquires:
+    """The trusted acquires (rows of a :class:`~fdprof.analysis.tables.SyncTable`), per lane in
+    program order: what :func:`entry_times` reads. Small (a row per acquire), so computed once
+    and handed to every partition of the accesses."""
+
+    lane: np.ndarray  #: int64 lane code
+    time: np.ndarray  #: int64 ns
+    row: np.ndarray  #: int64: the acquire's row in the sync table
+    obj: np.ndarray  #: object: the object's (scoped) name
+    seq: np.ndarray  #: int64
+    lanes: tuple[str, ...]  #: the lane codes' names
+
+    @classmethod
+    def of(cls, table: SyncTable, lanes: Sequence[str]) -> Acquires:
+        rows = np.flatnonzero(~table.release)
+        rows = rows[np.lexsort((rows, table.time[rows], table.lane[rows]))]
+        objects = np.asarray(table.objects, dtype=object)
+        return cls(table.lane[rows], table.time[rows], rows.astype(np.int64),
+                   objects[table.obj[rows]] if len(objects) else np.empty(0, object),
+                   table.seq[rows], tuple(str(x) for x in lanes))  # fmt: skip
+
+
 def entry_times(
-    spans: pd.DataFrame, acc: dict[str, Any], syncs: pd.DataFrame, lanes: pd.Index
+    acc: AccessTable, acquires: Acquires, span_ids: np.ndarray
 ) -> tuple[np.ndarray, pd.DataFrame]:
     """Each access's entry time (its span's start, or the last acquire of its lane strictly
-    inside its span), and every (access span, acquire inside it) (:data:`INSIDE_COLUMNS`; the
-    acquire's row: ``syncs``' index). ``spans``: at least ``span_id``; ``syncs``: the trusted
-    ones, or just their acquires."""
-    start = acc["start"]
-    if acc["n"] == 0 or syncs.empty:
+    inside its span), and every (access span, acquire inside it) (:data:`INSIDE_COLUMNS`).
+    ``span_ids``: the span id of each span row ``acc.span`` names."""
+    start = acc.start
+    if len(acc) == 0 or len(acquires.lane) == 0:
         return start, pd.DataFrame(columns=INSIDE_COLUMNS)
-    acquires = syncs[(syncs["op"] == S.ACQUIRE).to_numpy(bool)]
-    a_lane = lanes.get_indexer(acquires["lane"].astype(str).to_numpy())
-    a_time = acquires["time"].to_numpy(np.int64)
-    a_rows = np.arange(len(acquires))
     entry = start.copy()
     span_of, acq_of = [], []
-    for li in np.unique(acc["lane"]).tolist():
-        mine = a_rows[a_lane == li]
-        if not len(mine):
+    bounds = np.searchsorted(acquires.lane, np.arange(len(acquires.lanes) + 1))
+    for li in np.unique(acc.lane).tolist():
+        first_acq, last_acq = int(bounds[li]), int(bounds[li + 1])
+        if first_acq == last_acq:
             continue
-        mine = mine[np.lexsort((mine, a_time[mine]))]
-        times = a_time[mine]
-        on = np.flatnonzero(acc["lane"] == li)
+        times = acquires.time[first_acq:last_acq]
+        on = np.flatnonzero(acc.lane == li)
         lo = np.searchsorted(times, start[on], "right")
-        hi = np.searchsorted(times, acc["end"][on], "left")
+        hi = np.searchsorted(times, acc.end[on], "left")
         inside = hi > lo
         if not inside.any():
             continue
         rows = on[inside]
         entry[rows] = times[hi[inside] - 1]
-        srow, first = np.unique(acc["srow"][rows], return_index=True)
+        srow, first = np.unique(acc.span[rows], return_index=True)
         for s, a, b in zip(srow.tolist(), lo[inside][first].tolist(),
                            hi[inside][first].tolist(), strict=True):  # fmt: skip
             span_of += [s] * (b - a)
-            acq_of += mine[a:b].tolist()
-    ids = spans["span_id"].to_numpy(np.int64)
+            acq_of += range(first_acq + a, first_acq + b)
     a = np.asarray(acq_of, dtype=np.int64)
     inside_rows = pd.DataFrame({
-        "lane": acquires["lane"].astype(str).to_numpy(dtype=object)[a],
-        "span_id": ids[np.asarray(span_of, dtype=np.int64)],
-        "row": acquires.index.to_numpy(np.int64)[a],
-        "obj": acquires["obj"].astype(str).to_numpy(dtype=object)[a],
-        "seq": acquires["seq"].to_numpy(np.int64)[a], "time": a_time[a],
+        "lane": np.asarray(acquires.lanes, dtype=object)[acquires.lane[a]],
+        "span_id": span_ids[np.asarray(span_of, dtype=np.int64)],
+        "row": acquires.row[a], "obj": acquires.obj[a], "seq": acquires.seq[a],
+        "time": acquires.time[a],
     })  # fmt: skip
     return entry, inside_rows
+
+
+def entered(
+    acc: AccessTable, acquires: Acquires, span_ids: np.ndarray
+) -> tuple[AccessTable, pd.DataFrame]:
+    """``acc`` with its entry times as starts (:func:`entry_times`), in table order again, and
+    the acquires found inside access spans."""
+    entry, inside = entry_times(acc, acquires, span_ids)
+    return (acc if entry is acc.start else acc.restarted(entry)), inside
 
 
 def inside_gaps(inside: pd.DataFrame, spans: pd.DataFrame) -> list[dict[str, Any]]:

@@ -116,7 +116,7 @@ def violations_frame(
         rows = grouped[col].to_numpy(np.int64)
         out[f"span_{side}"] = spans["span_id"].to_numpy(np.int64)[rows]
         for c in ("name", "role", "lane"):
-            out[f"{c}_{side}"] = spans[c].astype(str).to_numpy(dtype=object)[rows]
+            out[f"{c}_{side}"] = spans[c].take(rows).astype(str).to_numpy(dtype=object)
     return pd.DataFrame(out)[COLUMNS]
 
 

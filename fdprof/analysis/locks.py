@@ -29,11 +29,11 @@ BROKEN_COLUMNS = {"obj": "object", "lane_a": "object", "start_a": "int64", "end_
 
 
 def lock_rows(syncs: pd.DataFrame, pattern: str = S.LOCK_OBJECTS) -> np.ndarray:
-    """Rows of ``syncs`` whose object matches the glob ``pattern`` (default: every lock)."""
-    obj = syncs["obj"].astype(str)
-    names = pd.unique(obj)
-    matching = {o for o in names.tolist() if fnmatch.fnmatchcase(o, pattern)}
-    return np.flatnonzero(obj.isin(matching).to_numpy(bool))
+    """Rows of ``syncs`` whose object matches the glob ``pattern`` (default: every lock); the
+    objects matched by name once each, not a string per row."""
+    codes, names = pd.factorize(syncs["obj"], use_na_sentinel=False)
+    matching = np.array([fnmatch.fnmatchcase(str(o), pattern) for o in names] + [False], bool)
+    return np.flatnonzero(matching[codes])
 
 
 def lock_holds(syncs: pd.DataFrame) -> pd.DataFrame:
@@ -42,12 +42,13 @@ def lock_holds(syncs: pd.DataFrame) -> pd.DataFrame:
     rows = lock_rows(syncs)
     if not len(rows):
         return _empty(HOLD_COLUMNS)
-    obj = syncs["obj"].astype(str).to_numpy(dtype=object)[rows]
-    lane = syncs["lane"].astype(str).to_numpy(dtype=object)[rows]
+    # codes, not a Python string per row: objects and lanes are few
+    obj_code, objs = pd.factorize(syncs["obj"].take(rows), use_na_sentinel=False)
+    lane_code, lanes = pd.factorize(syncs["lane"].take(rows), use_na_sentinel=False)
+    obj = np.array([str(o) for o in objs], dtype=object)[obj_code]
+    lane = np.array([str(x) for x in lanes], dtype=object)[lane_code]
     time = syncs["time"].to_numpy(np.int64)[rows]
-    is_acq = (syncs["op"] == "acquire").to_numpy(bool)[rows]
-    obj_code = pd.factorize(obj)[0]
-    lane_code = pd.factorize(lane)[0]
+    is_acq = (syncs["op"].take(rows) == S.ACQUIRE).to_numpy(bool)
     order = np.lexsort((rows, time, lane_code, obj_code))
     same = (obj_code[order][1:] == obj_code[order][:-1]) & (
         lane_code[order][1:] == lane_code[order][:-1]

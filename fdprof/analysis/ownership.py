@@ -45,8 +45,10 @@ Findings (kinds):
 
 Cost: one Python step per allocator event (events are few beside accesses), vectorized
 binary searches over each block's events with the vector clocks of
-:mod:`fdprof.analysis.hazards` (handed in as a function), and a few happens-before checks per
-finding.
+:mod:`fdprof.analysis.clocks` (the public happens-before query,
+:meth:`~fdprof.analysis.clocks.LaneClocks.happens_before`, handed in), and a few
+happens-before checks per finding. Input: the core's typed tables
+(:mod:`fdprof.analysis.tables`), the same the race search and the lifetime check read.
 """
 
 from __future__ import annotations
@@ -58,6 +60,7 @@ import numpy as np
 import pandas as pd
 
 from fdprof import semconv as S
+from fdprof.analysis.tables import MODES, AccessTable
 
 HANDED_OUT_WHILE_HELD = "handed_out_while_held"
 FREED_WHILE_HELD = "freed_while_held"
@@ -520,40 +523,37 @@ def ownership_kinds(findings: pd.DataFrame) -> pd.DataFrame:
 def find_ownership(
     trace: Any,
     spans: pd.DataFrame,
-    acc: dict[str, Any],
-    events: dict[str, Any],
+    acc: AccessTable,
+    events: AccessTable,
     lanes: pd.Index,
     dp_of_pid: dict[int, int],
     happens_before: HappensBefore,
 ) -> pd.DataFrame:
-    """The findings of ``trace`` (:data:`COLUMNS`) from the hazards analysis's tables: its
-    access table ``acc`` and allocator-event table ``events`` (numpy columns, pools scoped per
-    DP group and TP rank, ``acc['start']`` the entry times, ``events['mode']`` indices into
-    ``events['modes']``), its lanes and happens-before."""
-    if events["n"] == 0:
+    """The findings of ``trace`` (:data:`COLUMNS`) from the core's tables
+    (:mod:`fdprof.analysis.tables`): its accesses ``acc`` (starts: the entry times) and
+    allocator events ``events``, which share one numbering of scoped (pool, block) keys, its
+    lanes and happens-before (:meth:`fdprof.analysis.clocks.LaneClocks.happens_before`)."""
+    if len(events) == 0:
         return empty_findings()
-    pool = np.concatenate([events["pool"], acc["pool"]])
-    block = np.concatenate([events["block"], acc["block"]])
-    pool_code, pool_names = pd.factorize(pool)
-    key = dense_keys(pool_code, block)
     index = pd.Index(spans["span_id"].to_numpy(np.int64))
     span_req, names = _requests(trace, index)
     ev = {
-        "srow": events["srow"], "lane": events["lane"], "start": events["start"],
-        "end": events["end"], "span_id": index.to_numpy()[events["srow"]],
-        "key": key[: events["n"]], "pool": pool_code[: events["n"]],
-        "mode": _ranks(events["modes"])[events["mode"]], "request": span_req[events["srow"]],
+        "srow": events.span, "lane": events.lane, "start": events.start, "end": events.end,
+        "span_id": index.to_numpy()[events.span], "key": events.key, "pool": events.pool,
+        "mode": _ranks(MODES)[events.mode], "request": span_req[events.span],
     }  # fmt: skip
-    x = _accesses(trace, spans, index, acc, key[events["n"] :], pool_code[events["n"] :],
-                  span_req, dp_of_pid, lanes)  # fmt: skip
+    x = _accesses(trace, spans, index, acc, span_req, dp_of_pid, lanes)
     raw = pd.DataFrame(_violations(ev, x, happens_before), columns=RAW_COLUMNS)
     if raw.empty:
         return empty_findings()
     # the keys found: their pool and block, and the request codes as names
+    key = np.concatenate([events.key, acc.key])
     uniq, where = np.unique(key, return_index=True)
     first = where[np.searchsorted(uniq, raw["key"].to_numpy(np.int64))]  # a row with that key
+    pool = np.concatenate([events.pool, acc.pool])[first]
     raw = raw.assign(
-        pool=np.asarray(pool_names, dtype=object)[pool_code[first]], block=block[first],
+        pool=np.asarray(events.pools, dtype=object)[pool],
+        block=np.concatenate([events.block, acc.block])[first],
         request_a=_names(raw["request_a"], names), request_b=_names(raw["request_b"], names),
     )  # fmt: skip
     return findings_frame(spans, raw)
@@ -562,16 +562,6 @@ def find_ownership(
 def _names(codes: pd.Series, names: np.ndarray) -> np.ndarray:
     c = codes.to_numpy(np.int64)
     return np.where(c >= 0, names[np.maximum(c, 0)] if len(names) else "", "")
-
-
-def dense_keys(pool_code: np.ndarray, block: np.ndarray) -> np.ndarray:
-    """(pool, block) as one int64 per row: packed when the ids allow it, else numbered."""
-    block = block.astype(np.int64)
-    lo, hi = (int(block.min()), int(block.max())) if len(block) else (0, 0)
-    span = hi - lo + 1
-    if lo >= 0 and span * (int(pool_code.max(initial=0)) + 1) < 2**62:
-        return pool_code.astype(np.int64) * span + (block - lo)
-    return np.unique(np.stack([pool_code, block]), axis=1, return_inverse=True)[1].ravel()
 
 
 def _requests(trace: Any, index: pd.Index) -> tuple[np.ndarray, np.ndarray]:
@@ -587,23 +577,23 @@ def _requests(trace: Any, index: pd.Index) -> tuple[np.ndarray, np.ndarray]:
     return span_req, np.array([str(u) for u in uniques], dtype=object)
 
 
-def _accesses(trace, spans, index, acc, acc_key, acc_pool, span_req, dp_of_pid, lanes) -> dict:
+def _accesses(trace, spans, index, acc: AccessTable, span_req, dp_of_pid, lanes) -> dict:
     """The access table (:data:`ACCESS_COLUMNS`) with each access's request code (a row per
     request whose ``scheduled_request`` child of the access span lists the block; -1 where
     none does) and, for transfers, their submission."""
-    srow = acc["srow"]
-    rows = np.arange(acc["n"])
-    request = np.full(acc["n"], -1, dtype=np.int64)
+    srow = acc.span
+    rows = np.arange(len(acc))
+    request = np.full(len(acc), -1, dtype=np.int64)
     uses = _uses(trace, spans, index, span_req)
     if len(uses["parent"]):
         # a one-to-many join on (span row, block), in numpy: gpu accesses only
         u_row = index.get_indexer(uses["parent"])
-        width = int(max(acc["block"].max(initial=0), uses["block"].max(initial=0))) + 1
+        width = int(max(acc.block.max(initial=0), uses["block"].max(initial=0))) + 1
         u_key = u_row.astype(np.int64) * width + uses["block"]
         order = np.argsort(u_key, kind="stable")
         u_key, u_req = u_key[order], uses["request"][order]
-        a_key = srow.astype(np.int64) * width + acc["block"]
-        gpu = _is_gpu(acc["pool"])
+        a_key = srow.astype(np.int64) * width + acc.block
+        gpu = _is_gpu(acc)
         lo = np.searchsorted(u_key, a_key, "left")
         hi = np.where(gpu, np.searchsorted(u_key, a_key, "right"), lo)
         count = np.maximum(hi - lo, 1)
@@ -612,9 +602,9 @@ def _accesses(trace, spans, index, acc, acc_key, acc_pool, span_req, dp_of_pid, 
         matched = np.repeat(hi > lo, count)
         at = np.repeat(lo, count) + nth
         request = np.where(matched, u_req[np.minimum(at, max(len(u_req) - 1, 0))], -1)
-    x = {"srow": srow[rows], "lane": acc["lane"][rows], "start": acc["start"][rows],
-         "end": acc["end"][rows], "key": acc_key[rows], "pool": acc_pool[rows],
-         "write": acc["write"][rows], "request": request}  # fmt: skip
+    x = {"srow": srow[rows], "lane": acc.lane[rows], "start": acc.start[rows],
+         "end": acc.end[rows], "key": acc.key[rows], "pool": acc.pool[rows],
+         "write": acc.write[rows], "request": request}  # fmt: skip
     n = len(rows)
     x["transfer"] = np.zeros(n, dtype=bool)
     x["sub_lane"] = np.full(n, -1, dtype=np.int64)
@@ -657,10 +647,10 @@ def _transfers(x, spans, index, task, span_req, dp_of_pid, lanes) -> None:
     x["request"][rows] = np.where(own >= 0, own, np.where(ok, span_req[sub_srow], -1))
 
 
-def _is_gpu(pools: np.ndarray) -> np.ndarray:
-    """Whether each (scoped) pool name is a device pool (``gpu``, ``gpu@dp1``, ...)."""
-    codes, names = pd.factorize(pools)
-    return np.array([str(n).startswith(S.POOL_GPU) for n in names], dtype=bool)[codes]
+def _is_gpu(acc: AccessTable) -> np.ndarray:
+    """Whether each row's (scoped) pool is a device pool (``gpu``, ``gpu@dp1``, ...)."""
+    gpu = np.array([str(p).startswith(S.POOL_GPU) for p in acc.pools], dtype=bool)
+    return gpu[acc.pool] if len(gpu) else np.zeros(len(acc), dtype=bool)
 
 
 def _uses(trace, spans, index, span_req) -> dict[str, np.ndarray]:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -320,8 +321,11 @@ class CacheManager:
     def wanted(self) -> int:
         return self._want_free
 
-    def evict_once(self) -> bool:
-        """One swap-out of up to ``swap_batch`` blocks; False when nothing (more) is needed."""
+    def evict_once(self, room_made: Callable[[], None] | None = None) -> bool:
+        """One swap-out of up to ``swap_batch`` blocks; False when nothing (more) is needed.
+        ``room_made`` is told when blocks return to the free list before their copy: only the
+        free-before-swap-out fault does that, and a scheduler waiting for room then takes them
+        at once, as FastDeploy's scheduler sees free ids as soon as they are freed."""
         free_early = self.cfg.fault == "free-before-swap-out"
         with self.mutex:
             deficit = self._want_free - self.gpu.num_free
@@ -347,6 +351,8 @@ class CacheManager:
                 self.gpu.free(srcs)
                 for e in victims:
                     e.gpu = None
+        if free_early and room_made is not None:
+            room_made()
         self.issue_swap_task(S.TO_CPU, srcs, dsts, [e.fp for e in victims])
         with self.mutex:
             for e, dst in zip(victims, dsts, strict=True):

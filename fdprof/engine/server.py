@@ -46,6 +46,7 @@ class BackgroundEviction:
         self._done = threading.Event()
         self._passes = threading.Condition()
         self._started = self._finished = 0
+        self._rooms_made = 0  # times blocks were freed ahead of their copy (a fault)
         self._thread = threading.Thread(target=self._loop, name="swap_out", daemon=True)
         self.error: BaseException | None = None
 
@@ -59,11 +60,18 @@ class BackgroundEviction:
         ``free_block_ids`` and blocks on the eviction)."""
         with self._passes:
             self._cm.want_free(max(n, self._cm.wanted))
-            target = self._started + 1
+            target, rooms = self._started + 1, self._rooms_made
             self._wake.set()
             self._passes.wait_for(
-                lambda: self._finished >= target or self._done.is_set(), ROOM_WAIT_S
+                lambda: self._finished >= target or self._rooms_made > rooms or self._done.is_set(),
+                ROOM_WAIT_S,
             )
+
+    def _room_made(self) -> None:
+        """Blocks were freed ahead of their copy (a fault): the waiting scheduler goes now."""
+        with self._passes:
+            self._rooms_made += 1
+            self._passes.notify_all()
 
     def start(self) -> None:
         self._thread.start()
@@ -84,7 +92,7 @@ class BackgroundEviction:
                 with self._passes:
                     self._started += 1
                     this = self._started
-                while not self._done.is_set() and self._cm.evict_once():
+                while not self._done.is_set() and self._cm.evict_once(self._room_made):
                     pass
                 with self._passes:
                     self._finished = this

@@ -115,10 +115,19 @@ def _flag_unanchored(trace: Trace, start: Any, anchored: Any) -> None:
         )
 
 
+def distinct(ids: np.ndarray) -> bool:
+    """Whether no two of ``ids`` are equal: at once when they are in increasing order (a
+    reader's own numbering), else by sorting."""
+    if len(ids) < 2 or bool((ids[1:] > ids[:-1]).all()):
+        return True
+    ordered = np.sort(ids)
+    return not bool((ordered[1:] == ordered[:-1]).any())
+
+
 def _unique(where: str, span_id: np.ndarray) -> None:
     """Span ids identify spans (parents, attributes, syncs refer to them): two spans with one
     id cannot both be read right, so such a trace is refused rather than half-merged."""
-    if len(span_id) < 2:
+    if distinct(span_id):
         return
     ordered = np.sort(span_id)
     twice = ordered[1:][ordered[1:] == ordered[:-1]]

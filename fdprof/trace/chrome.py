@@ -18,6 +18,7 @@ restore the columns exactly, so native → Chrome → model loses nothing.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterator
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -30,8 +31,9 @@ from fdprof import semconv as S
 from fdprof.errors import FdprofError, short
 from fdprof.trace import conventions as C
 from fdprof.trace import limits
-from fdprof.trace.assemble import assemble
-from fdprof.trace.attrs import AttrsBuilder, small_tail
+from fdprof.trace.assemble import assemble, distinct
+from fdprof.trace.attrs import STR, AttrsBuilder, small_tail
+from fdprof.trace.chromescan import E_SPAN, E_SYNC, MERGE_EVENTS, Scanned, Scanner
 from fdprof.trace.heap import mapped_large_blocks, release_freed
 from fdprof.trace.jsonstream import Stream, open_text, plain, raw_position
 from fdprof.trace.model import Trace, remap_ints
@@ -156,6 +158,58 @@ class _Builder:
             if values:
                 self.sync_parts[key].append(np.array(values, dtype=_SYNC_COLS[key]))
                 values.clear()
+        self._join_small_parts()
+
+    def fast_batch(self, scanned: Scanned, lo: int, hi: int) -> None:
+        """What :meth:`batch` makes of events ``lo..hi-1`` of a piece the C scanner read
+        (:mod:`fdprof.trace.chromescan`): its slices, then its sync instants."""
+        c = scanned.c
+        rows = scanned.rows(lo, hi, E_SPAN)
+        if len(rows):
+            sids = c["sid"][rows].copy()
+            auto = np.flatnonzero(c["has_sid"][rows] == 0)
+            sids[auto] = -(self.auto + 1 + np.arange(len(auto)))
+            self.auto += len(auto)
+            pid = c["pid"][rows]
+            self.pids.update(pd.unique(pid).tolist())
+            limits.check(len(self.pids), "processes", "processes in the trace")
+            self.host_pids.update(pd.unique(pid).tolist())
+            interned = scanned.interned(self.names)
+            cols = self.cols
+            cols["span_id"].append(sids)
+            cols["parent_id"].append(c["parent"][rows].copy())
+            cols["trace_id"].append(scanned.text(c["trace"][rows]))
+            cols["start"].append(c["ts"][rows].copy())
+            cols["end"].append(c["ts"][rows] + c["dur"][rows])
+            cols["pid"].append(pid.copy())
+            cols["tid"].append(c["tid"][rows].copy())
+            cols["name"].append(interned[c["name"][rows]])
+            cols["lane"].append(interned[c["lane"][rows]])
+            cols["role"].append(scanned.text(c["role"][rows]))
+            self.rows += len(rows)
+            cat = c["cat"][rows]
+            with_cat = np.flatnonzero((cat >= 0) & (scanned.text(cat) != ""))
+            self.attrs.add(CAT_ATTR, sids[with_cat], scanned.arrow_text(cat[with_cat]), STR)
+            for key, ids, values, kind in scanned.attributes(rows, sids):
+                if kind:
+                    self.attrs.add(key, ids, values, kind)
+                else:
+                    self.attrs.add_values(key, ids, values)
+            limits.check(self.attrs.keys, "attr_keys", "distinct attribute keys")
+        rows = scanned.rows(lo, hi, E_SYNC)
+        if len(rows):
+            interned = scanned.interned(self.names)
+            syncs = {"op": np.where(c["op"][rows] == 0, S.RELEASE, S.ACQUIRE).astype(object),
+                     "obj": interned[c["obj"][rows]], "seq": c["seq"][rows].copy(),
+                     "keyed": c["keyed"][rows].astype(bool), "time": c["ts"][rows].copy(),
+                     "pid": c["pid"][rows].copy(), "tid": c["tid"][rows].copy(),
+                     "lane": scanned.text(c["lane"][rows]), "span_id": c["span"][rows].copy(),
+                     "bind": np.full(len(rows), UNBOUND, dtype=np.int64)}  # fmt: skip
+            for key, values in syncs.items():
+                self.sync_parts[key].append(values)
+        self._join_small_parts()
+
+    def _join_small_parts(self) -> None:
         for parts in (*self.cols.values(), *self.sync_parts.values()):
             small = small_tail(parts, len)
             if small:
@@ -440,15 +494,18 @@ BATCH = 1 << 14
 
 
 def _batches(stream: Stream, meta: dict[str, Any]):
-    """Lists of trace events of either Chrome form: a bare array, or traceEvents in an object."""
+    """Batches of trace events of either Chrome form (a bare array, or traceEvents in an
+    object): lists of decoded events, and the C scanner's columns (:class:`Scanned`) where it
+    read runs of pieces."""
+    scanner = Scanner()
     if stream.peek() == "[":
-        yield from stream.batches(allow_unterminated=True)
+        yield from _merged(stream.batches(allow_unterminated=True, scan=scanner.feed), scanner)
         return
     found = False
     for key in stream.members():
         if key == "traceEvents":
             found = True
-            yield from stream.batches()
+            yield from _merged(stream.batches(scan=scanner.feed), scanner)
         else:
             value = stream.value()
             if key in ("distributedInfo", "displayTimeUnit", "schemaVersion", "otherData"):
@@ -460,6 +517,21 @@ def _batches(stream: Stream, meta: dict[str, Any]):
         raise stream.error("unexpected data after the trace object")
 
 
+def _merged(batches: Iterator[Any], scanner: Scanner) -> Iterator[Any]:
+    """The decoded batches, and what the scanner read between them, taken every
+    MERGE_EVENTS events (a piece it read is a True in ``batches``)."""
+    for batch in batches:
+        if batch is True:
+            if len(scanner) >= MERGE_EVENTS:
+                yield scanner.take()
+            continue
+        if len(scanner):
+            yield scanner.take()
+        yield batch
+    if len(scanner):
+        yield scanner.take()
+
+
 def read(path: Path) -> Trace:
     trace = Trace(meta={"format": "chrome", "path": str(path)})
     b = _Builder()
@@ -467,11 +539,15 @@ def read(path: Path) -> Trace:
     with open_text(path) as f, progress.bar(path.stat().st_size, f"reading {path.name}") as shown:
         stream = Stream(f, str(path))
         for events in _batches(stream, trace.meta):
-            for lo in range(0, len(events), BATCH):
-                part = events[lo : lo + BATCH]
-                last = first + len(part) - 1
+            step = MERGE_EVENTS if isinstance(events, Scanned) else BATCH
+            for lo in range(0, len(events), step):
+                hi = min(lo + step, len(events))
+                last = first + hi - lo - 1
                 try:
-                    b.batch(part)
+                    if isinstance(events, Scanned):
+                        b.fast_batch(events, lo, hi)
+                    else:
+                        b.batch(events[lo:hi])
                 except (TypeError, ValueError, KeyError, ArithmeticError) as exc:
                     what = f"missing {exc}" if isinstance(exc, KeyError) else str(exc)
                     if isinstance(exc, OverflowError):
@@ -479,7 +555,7 @@ def read(path: Path) -> Trace:
                     raise FdprofError(f"{path}: events {first}-{last}: {what}") from None
                 except FdprofError as exc:  # a limit: said where
                     raise FdprofError(f"{path}: events {first}-{last}: {exc}") from None
-                first += len(part)
+                first += hi - lo
             shown.update(raw_position(f) - shown.n)
     release_freed()  # the decoded batches' objects: freed, but glibc keeps them
     with mapped_large_blocks():  # the columns and frames: no holes left resident (.heap)
@@ -657,14 +733,14 @@ def _finish(trace: Trace, b: _Builder) -> Trace:
     span_id[span_id < 0] = base - span_id[span_id < 0]
     b.attrs.renumber(lambda ids: np.subtract(base, ids, out=ids, where=ids < 0))
     attrs = b.attrs.build()
-    if len(np.unique(span_id)) != len(span_id):
+    if not distinct(span_id):
         raise FdprofError(f"{trace.meta['path']}: two spans share one {SPAN_ID}")
     pids = cat("pid", np.int64)
     names = {v: str(k) for k, v in b.ids.items()}
     syncs = {
         k: np.concatenate(v) if v else np.zeros(0, _SYNC_COLS[k]) for k, v in b.sync_parts.items()
     }
-    seen = np.unique(np.concatenate([pids, syncs["pid"]]))
+    seen = np.sort(pd.unique(np.concatenate([pids, syncs["pid"]])))
     limits.check(len(seen), "processes", f"{trace.meta['path']}: processes in the trace")
     procs = sorted(set(seen.tolist()) | set(b.proc))  # not a Python int per row
     role_of = {p: b.proc.get(p, {}).get("role", "") for p in procs}

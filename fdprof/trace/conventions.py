@@ -214,8 +214,11 @@ def accesses_from_attrs(attrs: Attrs) -> pd.DataFrame:
     pool = pa.array([p[1] for p in parts], TEXT).take(which)
     mode = pa.array([p[2] for p in parts], TEXT).take(which)
     block = np.concatenate([p[3] for p in parts])
-    lo = lo_of.reindex(span_id).fillna(-1).to_numpy(dtype=np.int64)
-    hi = hi_of.reindex(span_id).fillna(-1).to_numpy(dtype=np.int64)
+    if len(lo_of):
+        lo = lo_of.reindex(span_id).fillna(-1).to_numpy(dtype=np.int64)
+        hi = hi_of.reindex(span_id).fillna(-1).to_numpy(dtype=np.int64)
+    else:  # no span names a layer range: every access is to all layers
+        lo, hi = np.full(len(span_id), -1, dtype=np.int64), np.full(len(span_id), -1, np.int64)
     return frame(
         "accesses",
         {
@@ -259,7 +262,7 @@ def thread_lanes(pids: np.ndarray, tids: np.ndarray) -> np.ndarray:
         return np.zeros(0, dtype=object)
     pid_codes, pid_values = pd.factorize(pids)
     tid_codes, tid_values = pd.factorize(tids)
-    pairs, inverse = np.unique(pid_codes * len(tid_values) + tid_codes, return_inverse=True)
+    inverse, pairs = pd.factorize(pid_codes * len(tid_values) + tid_codes)
     texts = np.array(
         [f"{pid_values[k // len(tid_values)]}/{tid_values[k % len(tid_values)]}" for k in pairs],
         dtype=object,
