@@ -8,9 +8,10 @@ import pytest
 
 from fdprof.analysis.hazards import find_hazards
 from fdprof.analysis.whatif import what_if_drop_lock
-from fdprof.engine.config import FAULTS, EngineConfig, fault_settings
+from fdprof.engine.config import EngineConfig, fault_settings
 from fdprof.engine.launcher import run_engine
 from fdprof.probe import ProbeConfig
+from fdprof.semconv import Fault
 from fdprof.trace import load
 
 SEEDS = range(5)
@@ -62,7 +63,7 @@ EXPECTED = {
 
 
 @pytest.mark.parametrize("seed", SEEDS)
-@pytest.mark.parametrize("fault", FAULTS)
+@pytest.mark.parametrize("fault", list(Fault))
 def test_seeded_fault_is_flagged_in_every_run(tmp_path, fault, seed, fault_outcomes):
     results, trace = _run(tmp_path, kv_lock="none", fault=fault, seed=seed,
                           **fault_settings(fault))  # fmt: skip
@@ -86,7 +87,7 @@ CORRUPTS_AT_LEAST: dict[str, int] = {"free-under-swap-in": 0}
 
 
 def test_faults_corrupt_data_and_races_are_found_without_overlap(fault_outcomes):
-    ran = [f for f in FAULTS if all((f, s) in fault_outcomes for s in SEEDS)]
+    ran = [f for f in Fault if all((f, s) in fault_outcomes for s in SEEDS)]
     if not ran:
         pytest.skip("needs every seed of a fault run above")
     for fault in ran:

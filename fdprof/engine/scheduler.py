@@ -21,13 +21,13 @@ from dataclasses import dataclass, field
 
 from fdprof import probe
 from fdprof import semconv as S
-from fdprof.engine import instrument as I
 from fdprof.engine.cache_manager import Admission, CacheManager
 from fdprof.engine.config import EngineConfig
 from fdprof.engine.ipc import SEQ_STRIDE
 from fdprof.engine.messages import Batch, BatchSeq, StepResult
 from fdprof.engine.prefix_cache import Entry, block_hashes
 from fdprof.engine.workloads import RequestSpec, blocks_for
+from fdprof.probe import handles as H
 from fdprof.probe.context import format_traceparent, trace_id_for
 
 
@@ -75,9 +75,9 @@ class Scheduler:
         self.waiting: deque[Request] = deque()
         for spec in specs:
             trace_id = trace_id_for(cfg.seed, spec.request_id)
-            sid = p.begin(I.REQUEST)
+            sid = p.begin(H.REQUEST)
             p.link_context(sid, format_traceparent(trace_id, 0))
-            p.set_int(sid, I.REQUEST_ID, spec.request_id)
+            p.set_int(sid, H.REQUEST_ID, spec.request_id)
             self.waiting.append(Request(spec, trace_id, sid))
         self.running: list[Request] = []
         #: admitted, waiting for an asynchronous swap-in of their prefix
@@ -115,7 +115,7 @@ class Scheduler:
             if adm is None:
                 break
             self.waiting.popleft()
-            self._holders(I.BLOCK_HOLD, I.GPU_HOLD, r.spec.request_id, adm.table)
+            self._holders(H.BLOCK_HOLD, H.KV_GPU_HOLD, r.spec.request_id, adm.table)
             r.adm = adm
             r.num_computed = adm.cached_tokens
             r.num_registered = len(adm.entries)
@@ -181,7 +181,7 @@ class Scheduler:
             r.num_computed += len(s.tokens)
             r.outputs.append(tok)
             if len(r.outputs) == 1:
-                probe.get().set_int(r.span, I.FIRST_TOKEN_NS, time.time_ns())
+                probe.get().set_int(r.span, H.FIRST_TOKEN_NS, time.time_ns())
             full = r.num_computed // bs
             if full > r.num_registered:
                 hashes = block_hashes(r.tokens, bs, limit=full)[r.num_registered :]
@@ -199,12 +199,12 @@ class Scheduler:
         the ownership analysis checks the allocator against."""
         p = probe.get()
         with p.span(name) as sid:
-            p.set_str(sid, I.ROLE, S.ROLE_CACHE_MANAGER)
-            p.set_int(sid, I.REQUEST_ID, request_id)
+            p.set_str(sid, H.ROLE, S.ROLE_CACHE_MANAGER)
+            p.set_int(sid, H.REQUEST_ID, request_id)
             p.set_ints(sid, key, blocks)
 
     def _finish(self, r: Request) -> None:
-        self._holders(I.BLOCK_RELEASE, I.GPU_RELEASE, r.spec.request_id, r.adm.table)
+        self._holders(H.BLOCK_RELEASE, H.KV_GPU_RELEASE, r.spec.request_id, r.adm.table)
         # the cache's blocks, not the request's: its entries' and those it matched at admission
         held = {e.gpu for e in r.entries} | set(r.adm.table[: len(r.adm.entries)])
         self.cm.release(r.entries, [b for b in r.adm.table if b not in held])
@@ -212,5 +212,5 @@ class Scheduler:
         self.outputs[r.spec.request_id] = list(r.outputs)
         self.running.remove(r)
         p = probe.get()
-        p.set_int(r.span, I.OUTPUT_TOKENS, len(r.outputs))
+        p.set_int(r.span, H.OUTPUT_TOKENS, len(r.outputs))
         p.end(r.span)

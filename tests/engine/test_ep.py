@@ -9,8 +9,8 @@ import pytest
 from fdprof import semconv as S
 from fdprof.engine.config import EngineConfig
 from fdprof.engine.launcher import run_engine
+from fdprof.formats import records as R
 from fdprof.probe import ProbeConfig
-from fdprof.probe import records as R
 from tests.engine.conftest import manifest, read_records
 
 pytestmark = pytest.mark.slow

@@ -5,12 +5,13 @@ test machine, where steps run slower, still lands a write or read inside it."""
 
 import pytest
 
-from fdprof.engine.config import FAULTS, fault_settings
+from fdprof.engine.config import fault_settings
+from fdprof.semconv import Fault
 from tests.engine.conftest import manifest, run
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("fault", FAULTS)
+@pytest.mark.parametrize("fault", list(Fault))
 def test_fault_corrupts_blocks(tmp_path, fault):
     results, run_dir = run(
         tmp_path, fault=fault, seed=2, fault_delay_ms=400, **fault_settings(fault)

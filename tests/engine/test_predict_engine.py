@@ -9,7 +9,7 @@ import pytest
 from fdprof.analysis.predict import predict_races
 from fdprof.analysis.whatif import what_if_drop_lock
 from fdprof.cli import main
-from fdprof.engine.config import KV_LOCKS
+from fdprof.semconv import LockMode
 from fdprof.trace import load
 from tests.engine.conftest import run
 
@@ -23,7 +23,7 @@ def _predict(run_dir, capsys, code: int):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("kv_lock", KV_LOCKS)
+@pytest.mark.parametrize("kv_lock", list(LockMode))
 def test_the_correct_protocol_predicts_no_race(tmp_path, capsys, kv_lock):
     results, run_dir = run(tmp_path, kv_lock=kv_lock, requests=18, seed=0)
     assert results["swaps"]["to_cpu"] > 0 and results["swaps"]["to_gpu"] > 0

@@ -6,14 +6,14 @@ from collections import Counter
 import pytest
 
 from fdprof import semconv as S
-from fdprof.engine.config import KV_LOCKS
 from fdprof.engine.ipc import SEQ_STRIDE
-from fdprof.probe import records as R
+from fdprof.formats import records as R
+from fdprof.semconv import LockMode
 from tests.engine.conftest import manifest, read_records, run
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("kv_lock", KV_LOCKS)
+@pytest.mark.parametrize("kv_lock", list(LockMode))
 def test_mode_swaps_both_ways_without_corruption(tmp_path, kv_lock):
     results, run_dir = run(tmp_path, kv_lock=kv_lock)
     assert results["kv_lock"] == kv_lock

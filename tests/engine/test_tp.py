@@ -9,8 +9,8 @@ from fdprof.analysis.hazards import find_hazards
 from fdprof.engine.config import EngineConfig
 from fdprof.engine.launcher import run_engine
 from fdprof.engine.messages import TP_SEQ_STRIDE
+from fdprof.formats import records as R
 from fdprof.probe import ProbeConfig
-from fdprof.probe import records as R
 from fdprof.trace import load
 from tests.engine.conftest import manifest, read_records
 

@@ -17,7 +17,7 @@ from schemas import validate
 
 from fdprof import probe
 from fdprof import settings as env
-from fdprof.probe.otel_export import OtelExportObserver, observers_for
+from fdprof.probe.sdk.otel_export import OtelExportObserver, observers_for
 
 
 def test_spans_resources_links_and_metrics_over_otlp(tmp_path, impl, monkeypatch):

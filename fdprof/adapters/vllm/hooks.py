@@ -335,8 +335,8 @@ class WorkerRecorder:
         p.set_int(sid, H.STEP_ID, step)
         p.set_int(sid, H.BATCH_SIZE, len(out.num_scheduled_tokens))
         p.set_int(sid, H.BATCH_TOKENS, out.total_num_scheduled_tokens)
-        p.set_ints(sid, H.GPU_READ, sorted(reads))
-        p.set_ints(sid, H.GPU_WRITE, sorted(writes))
+        p.set_ints(sid, H.KV_GPU_READ, sorted(reads))
+        p.set_ints(sid, H.KV_GPU_WRITE, sorted(writes))
 
     def _note_jobs(self, original):
         def note_jobs(connector_worker, metadata, *args, **kwargs):
@@ -372,9 +372,9 @@ def instrument_offloading_worker(worker: Any, recorder: WorkerRecorder) -> None:
             with ERRORS.guard("OffloadingWorker.submit"):
                 sid = p.begin(H.ISSUE_SWAP_TASK)
                 p.set_str(sid, H.ROLE, S.ROLE_WORKER)
-                p.set_int(sid, H.TASK_ID, job_id)
-                p.set_str(sid, H.DIRECTION, direction)
-                p.set_int(sid, H.BLOCKS, len(src_spec.block_ids))
+                p.set_int(sid, H.SWAP_TASK_ID, job_id)
+                p.set_str(sid, H.SWAP_DIRECTION, direction)
+                p.set_int(sid, H.SWAP_BLOCKS, len(src_spec.block_ids))
                 if job_id in job_requests:
                     p.set_str(sid, H.REQUEST_ID, job_requests[job_id])
                 submitted.add(job_id)
@@ -415,7 +415,7 @@ def instrument_offloading_worker(worker: Any, recorder: WorkerRecorder) -> None:
                         p.acquire(H.SIGNAL_SWAP_DONE, job_id, sid)
                 unknown = [j for j in jobs if j not in submitted]
                 if unknown:
-                    p.set_ints(sid, H.UNSUBMITTED, unknown)
+                    p.set_ints(sid, H.SWAP_UNSUBMITTED, unknown)
                 p.end(sid)
 
     worker.submit_store = submit(worker.submit_store, S.TO_CPU)

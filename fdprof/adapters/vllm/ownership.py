@@ -101,11 +101,11 @@ class PoolRecorder:
         lost = [b for b in before if b not in set(now)]
         p = probe.get()
         if lost:
-            self._record(p, ("release", lost, request))
+            self._record(p, (S.MODE_RELEASE, lost, request))
         for event in buffered:
             self._record(p, event)
         if gained:
-            self._record(p, ("hold", gained, request))
+            self._record(p, (S.MODE_HOLD, gained, request))
         if now:
             self.tables[request] = now
         else:
@@ -126,7 +126,7 @@ class PoolRecorder:
             with ERRORS.guard("BlockPool.get_new_blocks"):
                 ids = [b.block_id for b in blocks]
                 frees = {self._last_free.pop((id(pool), b), 0) for b in ids} - {0}
-                self._emit(("alloc", ids, self._request, sorted(frees), self._evicted))
+                self._emit((S.MODE_ALLOC, ids, self._request, sorted(frees), self._evicted))
                 self._evicted = []
             return blocks
 
@@ -145,7 +145,7 @@ class PoolRecorder:
                     self._frees += 1
                     for b in unref:
                         self._last_free[(id(pool), b)] = self._frees
-                    self._emit(("free", unref, self._request, under, self._frees))
+                    self._emit((S.MODE_FREE, unref, self._request, under, self._frees))
 
         return free_blocks
 
@@ -173,11 +173,11 @@ class PoolRecorder:
     def _record(self, p: Any, event: tuple) -> None:
         kind, ids, request = event[:3]
         name, key = {
-            "alloc": (H.BLOCK_ALLOC, H.GPU_ALLOC),
-            "free": (H.BLOCK_FREE, H.GPU_UNREF),
+            S.MODE_ALLOC: (H.BLOCK_ALLOC, H.KV_GPU_ALLOC),
+            S.MODE_FREE: (H.BLOCK_FREE, H.KV_GPU_UNREF),
             "evict": (H.BLOCK_EVICT, H.KV_BLOCKS),
-            "hold": (H.BLOCK_HOLD, H.GPU_HOLD),
-            "release": (H.BLOCK_RELEASE, H.GPU_RELEASE),
+            S.MODE_HOLD: (H.BLOCK_HOLD, H.KV_GPU_HOLD),
+            S.MODE_RELEASE: (H.BLOCK_RELEASE, H.KV_GPU_RELEASE),
         }[kind]
         with p.span(name) as sid:
             p.set_str(sid, H.ROLE, S.ROLE_ENGINE)
@@ -188,14 +188,14 @@ class PoolRecorder:
                 p.set_ints(sid, key, ids)
             if request:
                 p.set_str(sid, H.REQUEST_ID, request)
-            if kind == "alloc":
+            if kind == S.MODE_ALLOC:
                 for seq in event[3]:
                     p.acquire(H.BLOCK_FREE_OBJ, seq, sid)
                 if event[4]:
                     with p.span(H.BLOCK_EVICT, sid) as evict:
                         p.set_str(evict, H.ROLE, S.ROLE_ENGINE)
                         p.set_ints(evict, H.KV_BLOCKS, event[4])
-            elif kind == "free":
+            elif kind == S.MODE_FREE:
                 if event[3]:
-                    p.set_ints(sid, H.GPU_UNDERFLOW, event[3])
+                    p.set_ints(sid, H.KV_GPU_UNDERFLOW, event[3])
                 p.release(H.BLOCK_FREE_OBJ, event[4], sid)
