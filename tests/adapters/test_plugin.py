@@ -191,7 +191,7 @@ def test_completion_edges_only_for_jobs_submitted_here(tmp_path):
         worker.wait({1, 7})  # 7 was never submitted
         worker.shutdown()
         probe.shutdown()
-        from fdprof.probe.run_manifest import write_run_manifest
+        from fdprof.formats.rundir import write_run_manifest
         import os
         write_run_manifest(os.environ["FDPROF_RUN_DIR"], status="ok")
         """,
@@ -200,7 +200,7 @@ def test_completion_edges_only_for_jobs_submitted_here(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     trace = load(tmp_path)
     syncs = trace.syncs
-    done_acquires = syncs[(syncs["obj"] == S.SIGNAL_SWAP_DONE) & (syncs["op"] == S.ACQUIRE)]
+    done_acquires = syncs[(syncs["obj"] == S.SIGNAL_SWAP_DONE) & (syncs["op"] == S.SyncOp.ACQUIRE)]
     assert done_acquires["seq"].tolist() == [1]
     issued = trace.spans[trace.spans["name"] == S.ISSUE_SWAP_TASK]["span_id"]
     assert trace.attr(S.REQUEST_ID).reindex(issued).tolist() == ["r1"]

@@ -52,7 +52,7 @@ def pressure_evidence(trace) -> dict[str, int]:
     events = pool_events(trace)
     syncs = trace.syncs
     waits = spans_named(trace, S.SWAP_WAIT)
-    done = syncs[(syncs["obj"] == S.SIGNAL_SWAP_DONE) & (syncs["op"] == S.ACQUIRE)]
+    done = syncs[(syncs["obj"] == S.SIGNAL_SWAP_DONE) & (syncs["op"] == S.SyncOp.ACQUIRE)]
     issued = spans_named(trace, S.ISSUE_SWAP_TASK)
     direction = attr(trace, S.SWAP_DIRECTION, issued)
     job_request = attr(trace, S.REQUEST_ID, issued)
