@@ -5,9 +5,6 @@ mode and fault: tests/test_validation.py.)"""
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import numpy as np
 import pytest
 
@@ -17,15 +14,16 @@ from fdprof.analysis.hazards import find_hazards
 from fdprof.engine.config import ASYNC_FAULTS, EngineConfig, fault_settings
 from fdprof.errors import FdprofError
 from fdprof.trace import load
+from tests.cli import fdprof
 from tests.engine.conftest import run
 
 
 @pytest.fixture(scope="module")
-def lockless(tmp_path_factory):
-    """A lockless asynchronous run with write-through stores: (results, trace)."""
-    tmp = tmp_path_factory.mktemp("async")
-    results, run_dir = run(tmp, device_async=True, store_on_fill=True, requests=24, seed=0)
-    return results, load(run_dir)
+def lockless(engine_runs):
+    """A lockless asynchronous run with write-through stores, the session's (test_validation
+    reads it too): (results, trace)."""
+    shared = engine_runs.get(device_async=True, store_on_fill=True, requests=24, seed=0)
+    return shared.results, shared.load()
 
 
 def _accesses(trace, name: str) -> int:
@@ -120,9 +118,8 @@ def test_each_async_fault_has_the_settings_it_needs(fault):
 
 
 def test_the_cli_refuses_an_async_fault_without_its_settings(tmp_path):
-    cmd = [sys.executable, "-m", "fdprof", "run", "--fault", "reuse-staging-buffer",
-           "--device-async", "--out", str(tmp_path / "r")]  # fmt: skip
-    result = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    result = fdprof("run", "--fault", "reuse-staging-buffer", "--device-async", "--out",
+                    tmp_path / "r")  # fmt: skip
     assert result.returncode == 2
     assert result.stderr.strip().splitlines()[-1].endswith("(swap-ins overlap only there)")
     assert "Traceback" not in result.stderr

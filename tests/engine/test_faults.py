@@ -6,15 +6,14 @@ test machine, where steps run slower, still lands a write or read inside it."""
 import pytest
 
 from fdprof.engine.config import FAULTS, fault_settings
-from tests.engine.conftest import manifest, run
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("fault", FAULTS)
-def test_fault_corrupts_blocks(tmp_path, fault):
-    results, run_dir = run(
-        tmp_path, fault=fault, seed=2, fault_delay_ms=400, **fault_settings(fault)
-    )
+def test_fault_corrupts_blocks(engine_runs, fault):
+    run = engine_runs.get(requests=32, fault=fault, seed=2, fault_delay_ms=400,
+                          **fault_settings(fault))  # fmt: skip
+    results = run.results
     assert results["fault"] == fault
     assert results["integrity"]["mismatches"] > 0
-    assert manifest(run_dir)["config"]["fault"] == fault
+    assert run.manifest["config"]["fault"] == fault
