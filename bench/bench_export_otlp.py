@@ -2,7 +2,8 @@
 takes, as a ratio to loading the same file, measured in the same process right after the load.
 
 Each measurement is a fresh child process: ``fdprof.trace.load(path)`` timed, then
-``fdprof.trace.export.export(trace, endpoint)`` to a receiver that runs in its own process
+``fdprof.probe.sdk.otel_replay.replay(OtelView(trace), endpoint)`` to a receiver that runs in its
+own process
 (a real OTLP/HTTP server decoding every ``ExportTraceServiceRequest`` and counting its spans).
 ``--before DIR`` measures another checkout of fdprof too (e.g. ``git archive main``), its
 children alternating with this tree's, so both see the same machine load. Prints each run and,
@@ -69,13 +70,24 @@ def receiver() -> None:
 def child(path: str, endpoint: str) -> None:
     """Load, then export, in this fresh process; one JSON line of measurements."""
     from fdprof.trace import load
-    from fdprof.trace.export import export
+
+    try:
+        from fdprof.probe.sdk.otel_replay import replay
+        from fdprof.trace.export import OtelView
+
+        def send(trace) -> None:
+            replay(OtelView(trace), endpoint)
+    except ImportError:  # a checkout from before the probe's API/SDK split (--before)
+        from fdprof.trace.export import export
+
+        def send(trace) -> None:
+            export(trace, endpoint)
 
     t0 = time.perf_counter()
     trace = load(path)
     loaded = time.perf_counter() - t0
     t0 = time.perf_counter()
-    export(trace, endpoint)
+    send(trace)
     exported = time.perf_counter() - t0
     print(json.dumps({"load_s": loaded, "export_s": exported, "spans": len(trace.spans)}))
 

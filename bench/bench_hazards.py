@@ -103,6 +103,8 @@ def main() -> None:
         ap.add_argument(f"--{name.replace('_', '-')}", dest=name, type=float,
                         default=Shape.__dataclass_fields__[name].default)  # fmt: skip
     args = ap.parse_args()
+    if args.rapid and not (Path(args.rapid) / "bin" / "HB.class").is_file():
+        ap.error(f"--rapid {args.rapid}: no bin/HB.class there (a built RAPID checkout)")
     print(f"machine: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}; shape: "
           f"{args.lanes} lanes, {args.locks} locks, {args.blocks} blocks, sync share "
           f"{args.sync_share}, unguarded {args.unguarded}, writes {args.write_share}")  # fmt: skip

@@ -137,7 +137,8 @@ def bench_hta(repeat: int) -> None:
 
 def write_synthetic(run_dir: Path, spans: int, procs: int = 4) -> None:
     """A native run of ``spans`` spans over ``procs`` processes, in the probe's record format."""
-    from fdprof.probe import records as R
+    from fdprof.formats import records as R
+    from fdprof.formats.rundir import MANIFEST, RUN_FORMAT
 
     run_dir.mkdir(parents=True, exist_ok=True)
     per = spans // procs
@@ -195,7 +196,9 @@ def write_synthetic(run_dir: Path, spans: int, procs: int = 4) -> None:
             extra += R.RECORD_HEADER.pack(R.Kind.ATTR_INTS, 0, R.ATTR_INTS.size + 16, pid)
             extra += R.ATTR_INTS.pack(sid, 5, 4) + blocks
             extra += R.RECORD_HEADER.pack(R.Kind.SYNC, 0, R.SYNC.size, pid)
-            extra += R.SYNC.pack(sid, 6, R.SyncOp.ACQUIRE, j, 1_700_000_000_000_000_000 + j * 1000)
+            extra += R.SYNC.pack(
+                sid, 6, R.SyncCode.ACQUIRE, j, 1_700_000_000_000_000_000 + j * 1000
+            )
         head = R.pack_header(pid, 0, 0, "worker", -1, -1)
         name = f"worker-{p}-{pid}.rec"
         with open(run_dir / name, "wb") as f:
@@ -213,20 +216,20 @@ def write_synthetic(run_dir: Path, spans: int, procs: int = 4) -> None:
             }
         )
     manifest = {
-        "format": "fdprof-run/1",
+        "format": RUN_FORMAT,
         "config": {"synthetic": spans},
         "status": "ok",
         "processes": processes,
         "results": {},
         "error": None,
     }
-    (run_dir / "run.json").write_text(json.dumps(manifest))
+    (run_dir / MANIFEST).write_text(json.dumps(manifest))
 
 
 def walk_seconds(run_dir: Path) -> tuple[float, float]:
     """Seconds to find the records of the run's files: the C walk and its Python twin, side by
     side on the same bytes, best of 3 each, interleaved."""
-    from fdprof.probe import records as R
+    from fdprof.formats import records as R
 
     if R._c_offsets is None:
         return float("nan"), float("nan")

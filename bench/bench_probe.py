@@ -51,7 +51,7 @@ def micro(mode: str, out_dir: str) -> float:
     p = probe.configure(config, "worker")
     name, k_int, k_ints = probe.name("swap", "swap"), probe.key("i"), probe.key("kv.gpu_read")
     if mode.startswith("nvtx-capture"):
-        assert p._nvtx is not None, "NVTX capture library not attached"
+        assert getattr(p, "nvtx", None) is not None, "NVTX capture library not attached"
 
     def ctx_round():
         for i in range(SPANS):
@@ -78,13 +78,12 @@ def _device(mode: str, out_dir: str) -> float:
     without a stream (``device-probe``)."""
     from fdprof import probe
     from fdprof.engine.device import CpuDevice
-    from fdprof.probe.device import StreamProbe
 
     p = probe.configure(probe.ProbeConfig(run_dir=None if mode == "device-off" else out_dir),
                         "worker")  # fmt: skip
     name = probe.name("kernel", "device")
     if mode == "device-probe":
-        sp = StreamProbe(p, "1/cpu:0/stream:1")
+        sp = p.stream("1/cpu:0/stream:1")
 
         def one_round():
             for _ in range(SPANS):

@@ -8,9 +8,10 @@ do pipes, files and tests).
 
 from __future__ import annotations
 
-import os
 import sys
 from typing import Any
+
+from fdprof import settings
 
 #: seconds of work before a bar appears (``FDPROF_PROGRESS_DELAY_S`` overrides it)
 DELAY_S = 2.0
@@ -20,7 +21,7 @@ def bar(total: int, desc: str, unit: str = "B") -> Any:
     """A tqdm bar over ``total`` units (``update(n)``, ``close()``; a context manager)."""
     from tqdm import tqdm
 
-    delay = float(os.environ.get("FDPROF_PROGRESS_DELAY_S", DELAY_S))
+    delay = settings.progress_delay_s(DELAY_S)
     divisor = 1024 if unit == "B" else 1000
     return tqdm(total=total, desc=desc, unit=unit, unit_scale=True, unit_divisor=divisor,
                 delay=delay, disable=None, leave=False, file=sys.stderr,

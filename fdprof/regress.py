@@ -23,11 +23,12 @@ import numpy as np
 
 from fdprof import semconv as S
 from fdprof.analysis.hazards import find_hazards
-from fdprof.engine.config import FAULTS, EngineConfig, fault_settings
+from fdprof.engine.config import EngineConfig, fault_settings
 from fdprof.engine.launcher import run_engine
 from fdprof.engine.reference import compare_tokens, reference_config
 from fdprof.engine.results import RunResults
 from fdprof.probe import ProbeConfig
+from fdprof.semconv import Fault, LockMode, SwapIn
 from fdprof.trace import load
 from fdprof.trace.model import Trace
 
@@ -82,7 +83,7 @@ class Outcome:
         if self.case.faulty:
             return self.flagged
         # the corrected lock must exclude; the baseline's need not (it did not in FastDeploy)
-        lock_ok = self.case.config.kv_lock != "ipc-per-thread" or self.broken_locks == 0
+        lock_ok = self.case.config.kv_lock != LockMode.IPC_PER_THREAD or self.broken_locks == 0
         return lock_ok and not self.flagged
 
 
@@ -94,29 +95,31 @@ def cases(short: bool = False, requests: int | None = None) -> list[Case]:
     base = EngineConfig(requests=n, workload="swap-heavy")
     if short:
         return [
-            Case("ipc", base.with_(kv_lock="ipc"), (0,)),
-            Case("none async", base.with_(kv_lock="none", swap_in="async"), (0,)),
-            Case("dp2-ep ipc", base.with_(kv_lock="ipc", dp=2, ep=True, requests=2 * n), (0,)),
-            Case("tp2 ipc", base.with_(kv_lock="ipc", tp=2), (0,)),
-            Case("fault no-wait-swap-in", base.with_(fault="no-wait-swap-in"), (0,)),
+            Case("ipc", base.with_(kv_lock=LockMode.IPC), (0,)),
+            Case("none async", base.with_(kv_lock=LockMode.NONE, swap_in=SwapIn.ASYNC), (0,)),
+            Case(
+                "dp2-ep ipc", base.with_(kv_lock=LockMode.IPC, dp=2, ep=True, requests=2 * n), (0,)
+            ),
+            Case("tp2 ipc", base.with_(kv_lock=LockMode.IPC, tp=2), (0,)),
+            Case("fault no-wait-swap-in", base.with_(fault=Fault.NO_WAIT_SWAP_IN), (0,)),
         ]
     out = []
     for workload in ("prefix-swap", "swap-heavy"):
-        for lock in ("ipc", "ipc-per-thread", "none"):
+        for lock in LockMode:
             out.append(Case(f"{lock} {workload}", base.with_(kv_lock=lock, workload=workload),
                             (0, 1, 2)))  # fmt: skip
-        out.append(Case(f"none async {workload}",
-                        base.with_(workload=workload, swap_in="async"), (0, 1, 2)))  # fmt: skip
-    for lock in ("ipc", "none"):
+        asynchronous = base.with_(workload=workload, swap_in=SwapIn.ASYNC)
+        out.append(Case(f"none async {workload}", asynchronous, (0, 1, 2)))
+    for lock in (LockMode.IPC, LockMode.NONE):
         ep = base.with_(kv_lock=lock, dp=2, ep=True, requests=2 * n)  # as many per group
         out.append(Case(f"dp2-ep {lock}", ep, (0, 1)))
         out.append(Case(f"tp2 {lock}", base.with_(kv_lock=lock, tp=2), (0, 1)))
-    for lock in ("ipc", "none"):
+    for lock in (LockMode.IPC, LockMode.NONE):
         out.append(Case(f"device-async {lock}", base.with_(kv_lock=lock, device_async=True),
                         (0, 1)))  # fmt: skip
     out.append(Case("device-async none store-on-fill",
                     base.with_(device_async=True, store_on_fill=True), (0, 1)))  # fmt: skip
-    for fault in FAULTS:
+    for fault in Fault:
         cfg = base.with_(fault=fault, workload="prefix-swap", **fault_settings(fault))
         out.append(Case(f"fault {fault}", cfg, (0,)))
     return out

@@ -1,14 +1,19 @@
-"""fdprof's vocabulary: span names, attribute keys, sync objects and roles, defined once.
+"""fdprof's vocabulary: span names, attribute keys, sync objects and roles, the engine's modes
+and faults, defined once.
 
-Every layer speaks these names: the engine's probe handles (``fdprof/engine/instrument.py``), the
+Every layer speaks these names: the probe's handles (``fdprof/probe/handles.py``), the
 vLLM adapter, the readers (``fdprof.trace``), the analyses, the reports, the dashboards and the
 OpenTelemetry export. Nothing else spells ``"execute_model"`` or ``"kv.gpu_read"``; a rename
-here is a rename everywhere (as ``fdprof.probe.metric_names`` is for metrics). Plain strings
-and the functions that build lane names, no imports: any module may depend on this one. What
-each name means is in docs/trace.md.
+here is a rename everywhere (as ``fdprof.metric_names`` is for metrics, ``fdprof.settings``
+for environment variables; ``tests/test_vocabulary.py`` fails on a value spelled elsewhere).
+Plain strings, string enums where a value is one of a closed set (``StrEnum``: a member *is*
+its string, on the wire and in JSON), and the functions that build lane names; no imports
+of fdprof: any module may depend on this one. What each name means is in docs/trace.md.
 """
 
 from __future__ import annotations
+
+from enum import StrEnum
 
 # -- span names -----------------------------------------------------------------------------
 #: one scheduler iteration of an engine (a step of continuous batching)
@@ -36,7 +41,7 @@ SCHEDULED_REQUEST = "scheduled_request"
 #: an instrumentation hook that failed inside an engine (counted; the engine went on)
 ADAPTER_ERROR = "fdprof.adapter_error"
 
-#: device-stream markers (``fdprof/probe/device.py``): an event's record executing on its
+#: device-stream markers (``fdprof/probe/sdk/device.py``): an event's record executing on its
 #: stream, and a stream stopped until an event it waits on completed
 DEVICE_EVENT_RECORD = "device.event_record"
 DEVICE_EVENT_WAIT = "device.event_wait"
@@ -67,6 +72,8 @@ CATEGORY_EXECUTE_MODEL = "execute_model"
 CATEGORY_LOCK = "lock"
 CATEGORY_KV = "kv"
 CATEGORY_DEVICE = "device"
+#: the category of the NVTX marks sync events are (``release queue:swap``, payload: the seq)
+CATEGORY_SYNC = "sync"
 
 # -- roles (``fd.role``) -----------------------------------------------------------------
 ROLE_ENGINE = "engine"
@@ -154,8 +161,15 @@ NVTX_GPU_OPS = "nvtx.gpu_ops"
 SYNC_OP = "sync.op"
 SYNC_OBJ = "sync.obj"
 SYNC_SEQ = "sync.seq"
-RELEASE, ACQUIRE = "release", "acquire"
-SYNC_OPS = (RELEASE, ACQUIRE)
+
+
+class SyncOp(StrEnum):
+    """A sync event's op (``sync.op``): a release publishes everything its thread did so far on
+    the object; an acquire has observed a release of it."""
+
+    RELEASE = "release"
+    ACQUIRE = "acquire"
+
 
 # -- sync objects ------------------------------------------------------------------------
 QUEUE_SWAP = "queue:swap"
@@ -204,9 +218,59 @@ def collective_obj(group: str, rank: int) -> str:
 
 # -- process (resource) attributes -------------------------------------------------------
 DP_RANK = "fd.dp_rank"
+#: the run's :class:`LockMode`
 KV_LOCK = "fd.kv_lock"
 WORKLOAD = "fd.workload"
 TP_RANK = "fd.tp_rank"
+
+
+# -- the engine's modes and faults (``fdprof run`` flags, run.json's config, ``fd.kv_lock``);
+#    what each does is the engine's (fdprof/engine/, docs/engine.md). A new one is one line. --
+class LockMode(StrEnum):
+    """The inter-process KV lock (``--kv-lock``): the baseline as FastDeploy ran it, one
+    descriptor shared by the cache manager's threads, so they do not exclude each other
+    (``ipc``); the corrected lock, a descriptor per thread (``ipc-per-thread``); lockless."""
+
+    IPC = "ipc"
+    IPC_PER_THREAD = "ipc-per-thread"
+    NONE = "none"
+
+    @property
+    def locked(self) -> bool:
+        return self is not LockMode.NONE
+
+
+class SwapIn(StrEnum):
+    """How admission waits for a request's swap-in (``--swap-in``): blocked until it is copied
+    (FastDeploy's ``is_sync=True``), or in its own state while the others run."""
+
+    SYNC = "sync"
+    ASYNC = "async"
+
+
+class CacheManagerMode(StrEnum):
+    """The cache manager's design (``--cache-manager``): ``v0`` is the path the lock A/B
+    studies (FastDeploy's before Cache Manager V1, PR #7097)."""
+
+    V0 = "v0"
+
+
+class Fault(StrEnum):
+    """The engine's seeded faults (``--fault``), each the mechanism of a bug engines shipped
+    (cited in docs/engine.md); what one needs besides is ``fdprof.engine.config``'s."""
+
+    #: admission does not wait for a request's swap-in
+    NO_WAIT_SWAP_IN = "no-wait-swap-in"
+    #: a block is freed before its swap-out has copied it
+    FREE_BEFORE_SWAP_OUT = "free-before-swap-out"
+    #: the transfer acknowledges a swap before copying it
+    ACK_BEFORE_COPY = "ack-before-copy"
+    #: the asynchronous engine's (``--device-async``): vLLM #45704, a store copies blocks the
+    #: compute stream is still writing; LMCache PR #2671, a swap-in written on a stream of its
+    #: own; TensorRT-LLM PR #15546, the staging buffer refilled while a copy out of it runs
+    STORE_BEFORE_COMPUTE_DONE = "store-before-compute-done"
+    FOREIGN_STREAM_WRITE = "foreign-stream-write"
+    REUSE_STAGING_BUFFER = "reuse-staging-buffer"
 
 
 # -- lanes (where program order holds; docs/trace.md "Lanes") ---------------------------------
@@ -235,6 +299,35 @@ def scoped_lane(pid: int, lane: str) -> str:
     if sep and kind in DEVICE_KINDS and "/stream:" in lane:
         return f"{pid}/{lane}"
     return lane
+
+
+# -- markers fdprof's writers put in the files they write, for what a format has no field for,
+#    so fdprof's readers restore the model exactly (Chrome/Perfetto args, OTLP attributes) ---
+#: a span's own ids and its thread where the Chrome writer draws it on another track
+SPAN_ID = "fd.span_id"
+PARENT_ID = "fd.parent_id"
+TRACE_ID = "fd.trace_id"
+TRUE_TID = "fd.tid"
+#: a span's lane and role where the writer could not leave them to a thread or an attribute
+SPAN_LANE = "fd.span_lane"
+SPAN_ROLE = "fd.span_role"
+#: the span a sync event belongs to, where it is carried by another (a Chrome instant, the
+#: OTLP carrier span)
+SYNC_SPAN = "sync.span"
+#: the category of the flow arrows the Chrome writer draws for sync edges (the instants carry
+#: the edges), and the prefix of the sync objects a foreign trace's flows become
+#: (``flow:<cat>``)
+SYNC_FLOW_CATEGORY = "fd.sync"
+FLOW_OBJ_PREFIX = "flow:"
+#: process metadata: the process's name, and whether its clock was anchored to the epoch
+PROCESS_NAME = "fd.process_name"
+ANCHORED = "fd.anchored"
+#: OTLP: a span that never ended, a trace id the writer derived, and the zero-length span per
+#: process (named ``fdprof.syncs``) that carries the sync events of no span
+UNENDED = "fd.unended"
+SYNTHETIC_TRACE = "fd.synthetic_trace"
+SYNC_CARRIER = "fd.sync_carrier"
+SYNC_CARRIER_NAME = "fdprof.syncs"
 
 
 # -- what an OTLP span says beyond its attributes, kept as attributes by the OTLP reader ------

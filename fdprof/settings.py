@@ -1,17 +1,21 @@
 """Every setting fdprof takes from the environment, read here and nowhere else: the
-OpenTelemetry variables (``OTEL_*``, as the specification names them) and fdprof's own
-(``FDPROF_*``). Other modules call these functions and pass the values on (the OTLP exporters
-get every value explicitly), so one place says what each variable means and a bad value fails
-the same way everywhere: one line naming the variable (:class:`~fdprof.errors.FdprofError`).
+OpenTelemetry variables (``OTEL_*``, as the specification names them), fdprof's own
+(``FDPROF_*``) and the few of other programs it honours. Other modules call these functions and
+pass the values on (the OTLP exporters get every value explicitly), so one place says what each
+variable means and a bad value fails the same way everywhere: one line naming the variable
+(:class:`~fdprof.errors.FdprofError`). What fdprof sets for the processes it starts goes
+through here too (:func:`child_env`, :func:`exported`, :func:`export`), so ``os.environ``
+appears in this module alone (``tests/test_vocabulary.py``).
 
 No imports beyond the standard library: the engine's processes read their settings here too.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import urllib.parse
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
 from fdprof.errors import FdprofError
@@ -36,6 +40,28 @@ VLLM_MAIN_PID = "FDPROF_VLLM_MAIN_PID"
 #: read by the NVTX injection library (C), set by :mod:`fdprof.capture.nvtx`
 NVTX_DIR = "FDPROF_NVTX_DIR"
 NVTX_CAPACITY_MB = "FDPROF_NVTX_CAPACITY_MB"
+#: "1" in the run ``fdprof run --nsys`` starts under nsys (:mod:`fdprof.capture.nsys`)
+NSYS_INNER = "FDPROF_NSYS"
+#: seconds of work before a progress bar appears on a terminal (:mod:`fdprof.progress`)
+PROGRESS_DELAY_S = "FDPROF_PROGRESS_DELAY_S"
+#: the reader's limits (:mod:`fdprof.trace.limits`, each also a flag): characters of one event,
+#: how many times a gzip trace may inflate, nesting, processes, distinct attribute keys
+MAX_EVENT_SIZE = "FDPROF_MAX_EVENT_SIZE"
+MAX_INFLATE_RATIO = "FDPROF_MAX_INFLATE_RATIO"
+MAX_DEPTH = "FDPROF_MAX_DEPTH"
+MAX_PROCESSES = "FDPROF_MAX_PROCESSES"
+MAX_ATTR_KEYS = "FDPROF_MAX_ATTR_KEYS"
+
+# -- other programs' variables, read (never set) here ------------------------------------
+#: FastDeploy's switches of the baseline lock before fdprof (PR #6724 names the variable
+#: USE_KVCACHE_LOCK and the attribute FD_USE_KVCACHE_LOCK): still honoured, deprecated
+LEGACY_LOCK = ("USE_KVCACHE_LOCK", "FD_USE_KVCACHE_LOCK")
+#: vLLM's: "0" runs the engine core in the main process
+VLLM_MULTIPROCESSING = "VLLM_ENABLE_V1_MULTIPROCESSING"
+#: a memory pool chosen for Arrow, which fdprof then leaves alone
+ARROW_MEMORY_POOL = "ARROW_DEFAULT_MEMORY_POOL"
+#: a malloc threshold chosen for glibc, which fdprof then leaves alone
+MALLOC_MMAP_THRESHOLD = "MALLOC_MMAP_THRESHOLD_"
 
 # -- Dask (the analyses' --dask, as nsys recipes read it) ---------------------------------
 #: the scheduler ``--dask`` connects to when given no address
@@ -112,6 +138,66 @@ def _pairs(name: str, raw: str | None) -> dict[str, str]:
 def run_dir(env: Mapping[str, str] | None = None) -> str | None:
     """``FDPROF_RUN_DIR``: where a process fdprof did not start records (None: nowhere)."""
     return _text(RUN_DIR, env)
+
+
+def child_env(extra: Mapping[str, str]) -> dict[str, str]:
+    """The environment of a process fdprof starts: this one's, with ``extra`` over it."""
+    return {**os.environ, **extra}
+
+
+@contextlib.contextmanager
+def exported(extra: Mapping[str, str]) -> Iterator[None]:
+    """``extra`` set in this process's environment within the block, for the children started
+    there (multiprocessing's spawn copies ``os.environ``), then put back as it was."""
+    saved = {k: os.environ.get(k) for k in extra}
+    os.environ.update(extra)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def export(name: str, value: str) -> None:
+    """Set ``name`` for the rest of this process and every process it starts."""
+    os.environ[name] = value
+
+
+def text(name: str, env: Mapping[str, str] | None = None) -> str | None:
+    """The value of ``name`` (one of the variables named here), stripped; None when unset or
+    blank."""
+    return _text(name, env)
+
+
+def is_set(name: str, env: Mapping[str, str] | None = None) -> bool:
+    """Whether ``name`` is in the environment at all (even empty): another program's choice
+    fdprof leaves alone."""
+    return name in _env(env)
+
+
+def nsys_inner(env: Mapping[str, str] | None = None) -> bool:
+    """``FDPROF_NSYS=1``: this process is the run ``fdprof run --nsys`` started under nsys."""
+    return _text(NSYS_INNER, env) == "1"
+
+
+def progress_delay_s(default: float, env: Mapping[str, str] | None = None) -> float:
+    """``FDPROF_PROGRESS_DELAY_S``: seconds of work before a progress bar appears."""
+    return _number(PROGRESS_DELAY_S, default, float, env)
+
+
+def legacy_lock_switch(env: Mapping[str, str] | None = None) -> str | None:
+    """The name of the first of :data:`LEGACY_LOCK` set to 1 (or true), else None."""
+    return next(
+        (n for n in LEGACY_LOCK if _env(env).get(n, "").strip() in ("1", "true", "True")), None
+    )
+
+
+def vllm_single_process(env: Mapping[str, str] | None = None) -> bool:
+    """``VLLM_ENABLE_V1_MULTIPROCESSING=0``: vLLM runs its engine core in the main process."""
+    return _env(env).get(VLLM_MULTIPROCESSING, "1") == "0"
 
 
 def dask_scheduler(env: Mapping[str, str] | None = None) -> str | None:

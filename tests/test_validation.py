@@ -8,7 +8,8 @@ import pytest
 
 from fdprof.analysis.hazards import find_hazards
 from fdprof.analysis.whatif import what_if_drop_lock
-from fdprof.engine.config import FAULTS, fault_settings
+from fdprof.engine.config import fault_settings
+from fdprof.semconv import Fault
 
 SEEDS = range(5)
 REQUESTS = 24  # enough for swaps both ways in every seed; fewer engine-seconds in CI
@@ -52,7 +53,7 @@ EXPECTED = {
 
 
 @pytest.mark.parametrize("seed", SEEDS)
-@pytest.mark.parametrize("fault", FAULTS)
+@pytest.mark.parametrize("fault", list(Fault))
 def test_seeded_fault_is_flagged_in_every_run(engine_runs, fault, seed, fault_outcomes):
     results, trace = _run(engine_runs, kv_lock="none", fault=fault, seed=seed,
                           **fault_settings(fault))  # fmt: skip
@@ -73,7 +74,7 @@ CORRUPTS_AT_LEAST: dict[str, int] = {}
 
 
 def test_faults_corrupt_data_and_races_are_found_without_overlap(fault_outcomes):
-    ran = [f for f in FAULTS if all((f, s) in fault_outcomes for s in SEEDS)]
+    ran = [f for f in Fault if all((f, s) in fault_outcomes for s in SEEDS)]
     if not ran:
         pytest.skip("needs every seed of a fault run above")
     for fault in ran:

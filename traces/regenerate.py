@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from fdprof import semconv as S
-from fdprof.engine.config import ASYNC_FAULTS, FAULTS, EngineConfig
+from fdprof.engine.config import ASYNC_FAULTS, EngineConfig
 from fdprof.engine.launcher import run_engine
 from fdprof.probe import ProbeConfig
 
@@ -21,10 +21,12 @@ HERE = Path(__file__).resolve().parent
 #: (tests/test_reference_traces.py checks that each still matches what the engine records);
 #: the faults of the host protocol (the asynchronous ones need --device-async)
 CASES: dict[str, EngineConfig] = {
-    "baseline": EngineConfig(kv_lock="ipc"),
-    "lockless": EngineConfig(kv_lock="none"),
+    "baseline": EngineConfig(kv_lock=S.LockMode.IPC),
+    "lockless": EngineConfig(kv_lock=S.LockMode.NONE),
     **{
-        f"fault-{f}": EngineConfig(kv_lock="none", fault=f) for f in FAULTS if f not in ASYNC_FAULTS
+        f"fault-{f}": EngineConfig(kv_lock=S.LockMode.NONE, fault=f)
+        for f in S.Fault
+        if f not in ASYNC_FAULTS
     },
 }
 

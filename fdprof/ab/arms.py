@@ -2,7 +2,7 @@
 
 Why one protocol: the session (:mod:`fdprof.ab.session`) runs, times and judges every run the
 same way whatever produced it; a mode only has to leave a trace in the run directory it is
-given. A command gets it through ``FDPROF_RUN_DIR`` (``fdprof.probe.configure_from_env`` in
+given. A command gets it through ``FDPROF_RUN_DIR`` (``fdprof.probe.sdk.configure_from_env`` in
 each of its processes) and its pair index through ``FDPROF_AB_PAIR`` (to seed its workload);
 the built-in engine is run in this process by :func:`fdprof.engine.launcher.run_engine`.
 """
@@ -21,11 +21,8 @@ from typing import Any, Protocol
 from fdprof import files, interrupts, settings
 from fdprof.capture.plan import CapturePlan
 from fdprof.errors import FdprofError
-from fdprof.probe.api import RUN_DIR_ENV
-from fdprof.probe.run_manifest import MANIFEST, write_run_manifest
+from fdprof.formats.rundir import MANIFEST, write_run_manifest
 
-#: the pair index of a command's run (0, 1, ...): the same in both modes, a seed to share
-PAIR_ENV = settings.AB_PAIR
 #: lines of a failed command's stderr quoted in the error
 _TAIL_LINES = 1
 #: seconds an interrupted command's processes get to clean up before SIGKILL
@@ -63,7 +60,7 @@ class CommandArm:
 
     def run(self, run_dir: Path, pair: int) -> None:
         files.make_dir(run_dir)
-        env = {**os.environ, RUN_DIR_ENV: str(run_dir), PAIR_ENV: str(pair)}
+        env = settings.child_env({settings.RUN_DIR: str(run_dir), settings.AB_PAIR: str(pair)})
         with files.open_new(run_dir / "stdout.log") as out, \
                 files.open_new(run_dir / "stderr.log") as err:  # fmt: skip
             try:
@@ -78,7 +75,7 @@ class CommandArm:
         if not any(run_dir.glob("*.rec")) and not (run_dir / MANIFEST).exists():
             raise FdprofError(
                 f"the command left no trace in {run_dir} (does every process call "
-                f"fdprof.probe.configure_from_env and read {RUN_DIR_ENV}?)"
+                f"fdprof.probe.sdk.configure_from_env and read {settings.RUN_DIR}?)"
             )
         if not (run_dir / MANIFEST).exists():
             write_run_manifest(run_dir, status="ok", config=self.settings())

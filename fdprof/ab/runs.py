@@ -21,6 +21,7 @@ from fdprof import semconv as S
 from fdprof.analysis import python_time
 from fdprof.analysis.breakdown import (
     DEVICE_PARTS,
+    Part,
     device_breakdown,
     empty_steps,
     step_breakdown,
@@ -32,7 +33,7 @@ from fdprof.analysis.predict import predict_races
 from fdprof.analysis.serving import finished_requests, request_latencies
 from fdprof.analysis.whatif import what_if_drop_lock
 from fdprof.errors import FdprofError
-from fdprof.probe.run_manifest import MANIFEST
+from fdprof.formats.rundir import MANIFEST
 from fdprof.trace import load, save
 from fdprof.trace.jsonstream import loads
 from fdprof.trace.model import Trace
@@ -41,10 +42,10 @@ from fdprof.trace.model import Trace
 UNITS = ("requests/s", "tokens/s", "steps/s")
 #: span names drawn in the timeline excerpt, one lane each, with the part each one paints
 TIMELINE_SPANS = {
-    S.EXECUTE_MODEL: "compute",
-    S.ISSUE_SWAP_TASK: "swap_blocking",
-    S.SWAP: "swap_blocking",
-    S.LOCK_WAIT: "lock_wait",
+    S.EXECUTE_MODEL: Part.COMPUTE,
+    S.ISSUE_SWAP_TASK: Part.SWAP_BLOCKING,
+    S.SWAP: Part.SWAP_BLOCKING,
+    S.LOCK_WAIT: Part.LOCK_WAIT,
 }
 TIMELINE_WINDOW_NS = 400_000_000
 #: a run whose manifest says this did not finish

@@ -35,6 +35,7 @@ from fdprof.analysis.stats import (
 )
 from fdprof.capture.plan import CapturePlan
 from fdprof.errors import FdprofError
+from fdprof.semconv import LockMode, SwapIn
 
 BASELINE, CANDIDATE = "baseline", "candidate"
 PERCENTILES = (50, 90, 99)
@@ -298,9 +299,9 @@ def lock_arms(config, capture: CapturePlan | None = None) -> tuple[EngineArm, En
         EngineArm(
             BASELINE,
             "baseline (lock)",
-            replace(config, kv_lock="ipc", swap_in="sync", store_on_fill=False),
+            replace(config, kv_lock=LockMode.IPC, swap_in=SwapIn.SYNC, store_on_fill=False),
             capture,
             True,
         ),
-        EngineArm(CANDIDATE, "lockless", replace(config, kv_lock="none"), capture),
+        EngineArm(CANDIDATE, "lockless", replace(config, kv_lock=LockMode.NONE), capture),
     )

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any
 
 import numpy as np
@@ -26,14 +27,26 @@ from fdprof.errors import FdprofError
 from fdprof.trace.model import Trace
 
 STEP_NEEDS = ("span_id", "name", "start", "end", "step")
+
+
+class Part(StrEnum):
+    """The parts of a step's time (JSON ``breakdown``): compute, waiting for the lock, blocked
+    on a swap, and the rest."""
+
+    COMPUTE = "compute"
+    LOCK_WAIT = "lock_wait"
+    SWAP_BLOCKING = "swap_blocking"
+    IDLE = "idle"
+
+
 #: span names of each category, in painting priority (compute first: a swap that runs under
 #: compute costs nothing)
-CATEGORIES: dict[str, tuple[str, ...]] = {
-    "compute": S.COMPUTE_SPANS,
-    "lock_wait": (S.LOCK_WAIT,),
-    "swap_blocking": S.SWAP_BLOCKING_SPANS,
+CATEGORIES: dict[Part, tuple[str, ...]] = {
+    Part.COMPUTE: S.COMPUTE_SPANS,
+    Part.LOCK_WAIT: (S.LOCK_WAIT,),
+    Part.SWAP_BLOCKING: S.SWAP_BLOCKING_SPANS,
 }
-PARTS = (*CATEGORIES, "idle")
+PARTS = tuple(Part)
 #: the iteration spans the PyTorch profiler writes: steps of a trace that has no others
 PROFILER_STEP = re.compile(r"^ProfilerStep#\d+$")
 #: spans wrapping a whole profiling session, not work (PyTorch's ``PyTorch Profiler (0)``)
@@ -240,8 +253,8 @@ def launch_times(trace: Trace, span_ids: np.ndarray) -> np.ndarray:
     PyTorch launch flow, Nsight's ``cuda:launch/<pid>`` edge), -1 for a span no edge
     reaches. A release launching several spans (``cudaGraphLaunch``) launches each."""
     syncs = trace.syncs
-    acq = syncs[(syncs["op"] == "acquire") & syncs["span_id"].isin(span_ids)]
-    rel = syncs[syncs["op"] == "release"].drop_duplicates(["obj", "seq"])
+    acq = syncs[(syncs["op"] == S.SyncOp.ACQUIRE) & syncs["span_id"].isin(span_ids)]
+    rel = syncs[syncs["op"] == S.SyncOp.RELEASE].drop_duplicates(["obj", "seq"])
     pairs = acq[["obj", "seq", "span_id"]].merge(rel[["obj", "seq", "time"]], on=["obj", "seq"])
     first = pairs.groupby("span_id")["time"].min()
     return first.reindex(span_ids).fillna(-1).to_numpy(np.int64)

@@ -36,7 +36,6 @@ from fdprof.analysis.stats import RatioCI, difference_ci, ratio_ci, spread
 from fdprof.trace.model import Trace
 
 SPAN_NEEDS = ("span_id", "name", "start", "end", "role", "lane")
-LOCK_NAMES = S.LOCK_SPANS
 #: below this many steps a side, a bootstrap of steps gives too narrow an interval: simulated
 #: with a known ratio (1,500 draws each), the throughput CI covered it 89% of the time at 6
 #: steps, 92% at 10 and 20, 93.5% at 40 (``tests/analysis/test_diff.py``)
@@ -207,7 +206,7 @@ def summarize(trace: Trace, label: str = "", step_name: str | None = None) -> Ru
         seconds=seconds,
         by_name=time_by(spans.assign(name=grouped_names(spans["name"])), "name"),
         by_role=time_by(spans, "role"),
-        locks=time_by(spans[spans["name"].isin(LOCK_NAMES)], ["name", "role"]),
+        locks=time_by(spans[spans["name"].isin(S.LOCK_SPANS)], ["name", "role"]),
         swap_overlap=host_overlap(spans),
         device_swap_overlap=device_overlap(every),
         device=device_breakdown(trace, b),

@@ -25,7 +25,7 @@ import pyarrow.compute as pc
 
 from fdprof import semconv as S
 from fdprof.analysis import breakdown as B
-from fdprof.analysis.diff import LOCK_NAMES, RunSummary, grouped_names, summarize
+from fdprof.analysis.diff import RunSummary, grouped_names, summarize
 from fdprof.analysis.timeline import union
 from fdprof.trace import pyspy, store
 from fdprof.trace.attrs import Attrs, Column
@@ -65,7 +65,7 @@ def _groups(spans: pd.DataFrame, projections: np.ndarray) -> dict[str, pd.DataFr
     done = spans[(spans["end"] != -1).to_numpy()]
     dur = (done["end"] - done["start"]).to_numpy(np.int64)
     named = done.assign(name=grouped_names(done["name"]))
-    locks = done["name"].isin(LOCK_NAMES).to_numpy()
+    locks = done["name"].isin(S.LOCK_SPANS).to_numpy()
     return {
         "by_name": pd.DataFrame({"name": named["name"].astype(str).to_numpy(), "dur": dur}),
         "by_role": pd.DataFrame({"role": done["role"].astype(str).to_numpy(), "dur": dur}),

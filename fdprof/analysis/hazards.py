@@ -204,7 +204,7 @@ def prepare(trace: Trace, drop_objects: Iterable[str] = ()) -> Prepared:
         keep = ~objs.map(lambda o: any(fnmatch.fnmatchcase(o, p) for p in dropped)).astype(bool)
         syncs = syncs[keep.to_numpy()]
     syncs = syncs.reset_index(drop=True)
-    bad = ~syncs["op"].isin(S.SYNC_OPS)
+    bad = ~syncs["op"].isin(list(S.SyncOp))
     if bad.any():
         raise FdprofError(f"sync op {syncs['op'][bad].iloc[0]!r} is neither release nor acquire")
     ranks = process_ranks(trace.processes)

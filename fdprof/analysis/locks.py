@@ -48,7 +48,7 @@ def lock_holds(syncs: pd.DataFrame) -> pd.DataFrame:
     obj = np.array([str(o) for o in objs], dtype=object)[obj_code]
     lane = np.array([str(x) for x in lanes], dtype=object)[lane_code]
     time = syncs["time"].to_numpy(np.int64)[rows]
-    is_acq = (syncs["op"].take(rows) == S.ACQUIRE).to_numpy(bool)
+    is_acq = (syncs["op"].take(rows) == S.SyncOp.ACQUIRE).to_numpy(bool)
     order = np.lexsort((rows, time, lane_code, obj_code))
     same = (obj_code[order][1:] == obj_code[order][:-1]) & (
         lane_code[order][1:] == lane_code[order][:-1]

@@ -75,7 +75,7 @@ def sync_table(syncs: pd.DataFrame, lanes: pd.Index) -> SyncTable:
     return SyncTable(
         lane=np.asarray(lane, dtype=np.int64),
         time=syncs["time"].to_numpy(np.int64),
-        release=(syncs["op"] == S.RELEASE).to_numpy(bool),
+        release=(syncs["op"] == S.SyncOp.RELEASE).to_numpy(bool),
         obj=obj_code.astype(np.int64),
         seq=syncs["seq"].to_numpy(np.int64),
         keyed=syncs["keyed"].to_numpy(bool),

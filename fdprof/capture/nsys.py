@@ -5,36 +5,31 @@ GPU did, kernel by kernel. Where ``nsys`` is installed (GPU servers), one flag r
 joins them by span id, the NVTX payload.
 
 The whole ``fdprof run`` is re-executed under ``nsys profile --trace=cuda,nvtx,osrt`` (nsys
-follows the engine's spawned processes); :data:`INNER_ENV` tells that inner run to turn the
-probe's NVTX sink on (nsys provides the NVTX tool). nsys writes ``RUN/nsys/report.nsys-rep``
-and its SQLite export ``RUN/nsys/report.sqlite``; the export is then joined to the run
-(:func:`fdprof.trace.join.join`) to check that its ranges carry the run's span ids, and what the
-join found goes to ``run.json`` under ``"nsys"``. Read the joined trace with ``fdprof hazards
-RUN/nsys/report.sqlite --join RUN`` (or ``diff``/``convert`` likewise).
+follows the engine's spawned processes); :data:`fdprof.settings.NSYS_INNER` tells that inner
+run to turn the probe's NVTX sink on (nsys provides the NVTX tool). nsys writes
+``RUN/nsys/report.nsys-rep`` and its SQLite export ``RUN/nsys/report.sqlite``; the export is
+then joined to the run (:func:`fdprof.trace.join.join`) to check that its ranges carry the
+run's span ids, and what the join found goes to ``run.json`` under ``"nsys"``. Read the joined
+trace with ``fdprof hazards RUN/nsys/report.sqlite --join RUN`` (or ``diff``/``convert``
+likewise).
 """
 
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
+from fdprof import settings
 from fdprof.contracts import dumps, stamped
 from fdprof.errors import FdprofError
+from fdprof.formats.rundir import MANIFEST
 
-#: set to "1" in the environment of the run that ``--nsys`` starts under nsys
-INNER_ENV = "FDPROF_NSYS"
 TRACES = "cuda,nvtx,osrt"
 REPORT = Path("nsys") / "report"
-
-
-def inside_nsys() -> bool:
-    """Whether this process is the run ``--nsys`` started under nsys."""
-    return os.environ.get(INNER_ENV) == "1"
 
 
 def nsys_executable() -> str:
@@ -59,14 +54,14 @@ def run_under_nsys(argv: list[str], run_dir: Path, json_out: bool) -> int:
     nsys = nsys_executable()
     (run_dir / REPORT).parent.mkdir(parents=True, exist_ok=True)
     inner = [sys.executable, "-m", "fdprof", *(a for a in argv if a != "--nsys")]
-    env = {**os.environ, INNER_ENV: "1"}
+    env = settings.child_env({settings.NSYS_INNER: "1"})
     out = sys.stderr if json_out else None
     rc = subprocess.run(profile_command(nsys, run_dir, inner), env=env, stdout=out).returncode
     export = (run_dir / REPORT).with_suffix(".sqlite")
     if not export.exists():
         raise FdprofError(f"nsys wrote no SQLite export ({export}); its exit status was {rc}")
     summary = join_summary(export, run_dir)
-    manifest = run_dir / "run.json"
+    manifest = run_dir / MANIFEST
     data = json.loads(manifest.read_text())
     data["nsys"] = summary
     manifest.write_text(json.dumps(data, indent=2))

@@ -16,9 +16,7 @@ from fdprof.errors import FdprofError
 from fdprof.trace.nvtx_capture import RUN_SUBDIR, read_file
 
 #: the directory each process writes its capture file into
-DIR_ENV = settings.NVTX_DIR
 #: capacity of one process's capture file in MiB (default 64; sparse until written)
-CAPACITY_ENV = settings.NVTX_CAPACITY_MB
 #: NVTX's own variable naming the injection library
 INJECTION_ENV = "NVTX_INJECTION64_PATH"
 
@@ -37,7 +35,7 @@ def injection_env(run_dir: str | Path) -> dict[str, str]:
     """Environment variables that make a child process capture its NVTX ranges into
     ``run_dir/nvtx/``; creates that folder."""
     out = files.make_dir(files.make_dir(Path(run_dir).resolve()) / RUN_SUBDIR)
-    return {INJECTION_ENV: str(library_path()), DIR_ENV: str(out)}
+    return {INJECTION_ENV: str(library_path()), settings.NVTX_DIR: str(out)}
 
 
 def trim(run_dir: str | Path) -> None:

@@ -73,7 +73,7 @@ def _otel_observers(probe_config: ProbeConfig) -> list:
     """The OpenTelemetry observers, from the ``otel`` extra: a run that asks for none (no
     endpoint, no metrics port, no ``OTEL_EXPORTER_OTLP_*``) runs without the extra installed."""
     try:
-        from fdprof.probe.otel_export import observers_for
+        from fdprof.probe.sdk.otel_export import observers_for
     except ModuleNotFoundError:
         asked = probe_config.otlp_endpoint or probe_config.metrics_port is not None
         if asked or settings.otlp_asked():

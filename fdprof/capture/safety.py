@@ -6,16 +6,18 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from fdprof.metric_names import Finding
+
 
 def hazard_counts(run_dir: Path) -> dict[str, int]:
-    """Finding (``fdprof.probe.metric_names.HAZARD_FINDINGS``) → count, for ``run_dir``."""
+    """Finding (:class:`fdprof.metric_names.Finding`) → count, for ``run_dir``."""
     from fdprof.analysis.hazards import find_hazards
     from fdprof.trace import load
 
     counts = find_hazards(load(run_dir)).counts
     return {
-        "race": counts["overlaps"],
-        "latent_race": counts["latent"],
-        "lifetime": counts["lifetime"],
-        "broken_lock": counts["broken_locks"],
+        Finding.RACE: counts["overlaps"],
+        Finding.LATENT_RACE: counts["latent"],
+        Finding.LIFETIME: counts["lifetime"],
+        Finding.BROKEN_LOCK: counts["broken_locks"],
     }

@@ -5,18 +5,26 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import warnings
+from enum import StrEnum
 
+from fdprof import settings
 from fdprof.capture.plan import CapturePlan
 from fdprof.cli import warn
+from fdprof.semconv import Fault, LockMode, SwapIn
+
+
+def values(kind: type[StrEnum]) -> list[str]:
+    """An enum's values as plain strings: argparse quotes choices with repr()."""
+    return [member.value for member in kind]
 
 
 def add_engine_arguments(p: argparse.ArgumentParser, with_lock: bool = True) -> None:
-    from fdprof.engine.config import DEVICES, FAULTS, KV_LOCKS, SWAP_INS, WORKLOADS
+    from fdprof.engine.config import DEVICES, WORKLOADS
 
     if with_lock:
         p.add_argument(
             "--kv-lock",
-            choices=KV_LOCKS,
+            choices=values(LockMode),
             default=None,
             help="ipc: the baseline as FastDeploy ran it (flock through one descriptor the "
             "cache manager's threads share, so they do not exclude each other); "
@@ -56,8 +64,8 @@ def add_engine_arguments(p: argparse.ArgumentParser, with_lock: bool = True) -> 
     )
     p.add_argument(
         "--swap-in",
-        choices=SWAP_INS,
-        default="sync",
+        choices=values(SwapIn),
+        default=SwapIn.SYNC,
         help="sync (default): admission waits for a request's swap-in, as FastDeploy's "
         "is_sync=True; async: the request waits in its own state until its swap-in has "
         "completed while the others keep running (lockless only; ab: the candidate)",
@@ -82,7 +90,7 @@ def add_engine_arguments(p: argparse.ArgumentParser, with_lock: bool = True) -> 
         "host pool as the step is queued (write-through; the copy waits on the step's "
         "compute-done event), so an eviction only drops the device copy",
     )
-    p.add_argument("--fault", choices=FAULTS, default=None, help="seed a protocol bug")
+    p.add_argument("--fault", choices=values(Fault), default=None, help="seed a protocol bug")
     p.add_argument(
         "--fault-delay-ms",
         type=float,
@@ -171,10 +179,8 @@ def port_number(text: str) -> int:
 
 
 def capture_plan(args: argparse.Namespace) -> CapturePlan:
-    from fdprof.capture.nsys import inside_nsys
-
     return CapturePlan(
         args.otlp_endpoint, args.metrics_port, args.nvtx_capture, args.py_spy, args.workload,
-        nsys=inside_nsys(), metrics_host=args.metrics_host,
+        nsys=settings.nsys_inner(), metrics_host=args.metrics_host,
         parquet=getattr(args, "parquet", None), roll_s=getattr(args, "roll_s", 10.0),
     )  # fmt: skip

@@ -17,6 +17,7 @@ from fdprof.cli._engine_options import (
 )
 from fdprof.cli._report_options import add_report_arguments, emit
 from fdprof.errors import FdprofError
+from fdprof.semconv import LockMode
 
 EXIT_CODES = f"""exit codes:
   0  safe: every run of either mode safe, as fdprof hazards judges it, and no integrity
@@ -30,7 +31,7 @@ EXIT_CODES = f"""exit codes:
 {SAFETY_RULE}
 
 any engine: each run of CMD gets its own directory in FDPROF_RUN_DIR (every process calls
-fdprof.probe.configure_from_env) and its pair index in FDPROF_AB_PAIR (0, 1, ...: seed the
+fdprof.probe.sdk.configure_from_env) and its pair index in FDPROF_AB_PAIR (0, 1, ...: seed the
 workload with it, so pairs match); its stdout and stderr go to RUN_DIR/stdout.log, stderr.log.
 """
 
@@ -89,7 +90,7 @@ def arms(args: argparse.Namespace):
     if args.baseline is None:
         if args.names is not None:
             raise FdprofError("--names names the commands of --baseline/--candidate")
-        return lock_arms(engine_config(args, kv_lock="none"), capture_plan(args))
+        return lock_arms(engine_config(args, kv_lock=LockMode.NONE), capture_plan(args))
     names = args.names or ("baseline", "candidate")
     if names[0] == names[1]:
         raise FdprofError("--names: the two modes need different names")

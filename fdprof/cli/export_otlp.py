@@ -7,7 +7,8 @@ from pathlib import Path
 
 from fdprof.cli import load_trace
 from fdprof.contracts import dumps, stamped, warnings_json
-from fdprof.trace.export import DEFAULT_ENDPOINT, export
+from fdprof.probe.sdk.otel_replay import DEFAULT_ENDPOINT, replay
+from fdprof.trace.export import OtelView
 
 
 def register(subparsers) -> None:
@@ -43,7 +44,7 @@ def register(subparsers) -> None:
 
 def handle(args: argparse.Namespace) -> int:
     trace = load_trace(args, args.trace, args.join)
-    done = export(trace, args.endpoint, args.timeout)
+    done = replay(OtelView(trace), args.endpoint, args.timeout)
     if args.json:
         print(dumps(stamped("export-otlp", {
             "endpoint": done.url, "spans": done.delivered, "unended": done.unended,

@@ -6,7 +6,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from fdprof import files
+from fdprof import files, settings
+from fdprof import semconv as S
 from fdprof.cli import add_force_argument, claim_output
 from fdprof.cli._engine_options import (
     add_capture_arguments,
@@ -69,7 +70,7 @@ def _summary(r: dict) -> str:
         f"tokens={r['generated_tokens']} in {r['wall_s']:.2f}s ({r['tokens_per_s']:.1f} tok/s), "
         f"steps={r['steps']} (step p50 {_ms(r['step_ms']['p50'])}, p99 {_ms(r['step_ms']['p99'])}; "
         "one run: `fdprof ab` repeats runs for a CI)\n"
-        f"swaps: {sw['to_cpu']} to_cpu, {sw['to_gpu']} to_gpu, {sw['blocks']} blocks; "
+        f"swaps: {sw[S.TO_CPU]} {S.TO_CPU}, {sw[S.TO_GPU]} {S.TO_GPU}, {sw['blocks']} blocks; "
         f"integrity: {integ['blocks_checked']} blocks checked, {integ['mismatches']} mismatches, "
         f"{integ['nan']} NaN/Inf{_reference_line(r['reference'])}\ntrace: {r['trace']}"
     )
@@ -100,11 +101,11 @@ def handle(args: argparse.Namespace) -> int:
 
     config = engine_config(args)
     run_dir = files.resolved(args.out)
-    if args.nsys and not nsys.inside_nsys():
+    if args.nsys and not settings.nsys_inner():
         nsys.nsys_executable()  # without nsys: one line, and no directory made
-    if not nsys.inside_nsys():  # under nsys: the run that started it claimed the directory
+    if not settings.nsys_inner():  # under nsys: the run that started it claimed the directory
         claim_output(run_dir, args.force)
-    if args.nsys and not nsys.inside_nsys():
+    if args.nsys and not settings.nsys_inner():
         return nsys.run_under_nsys(args.argv, run_dir, args.json)
     capture = capture_plan(args)
     probe_config = capture.probe_config(run_dir, config.kv_lock)

@@ -1,6 +1,6 @@
 """Grafana dashboards generated from code.
 
-Metric names come only from :mod:`fdprof.probe.metric_names`, so the probe and the dashboards
+Metric names come only from :mod:`fdprof.metric_names`, so the probe and the dashboards
 cannot drift apart silently. ``python -m fdprof.dashboards`` rewrites ``dashboards/*.json``;
 the tests fail when the committed files are not what this package generates.
 """

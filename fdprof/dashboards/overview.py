@@ -8,6 +8,7 @@ the mode chosen as ``candidate`` by the one chosen as ``baseline``. Each run is 
 
 from __future__ import annotations
 
+from fdprof import metric_names as M
 from fdprof.dashboards import grafana as G
 from fdprof.dashboards.promql import (
     active,
@@ -21,7 +22,7 @@ from fdprof.dashboards.promql import (
     run_total,
     runs,
 )
-from fdprof.probe import metric_names as M
+from fdprof.semconv import LockMode
 
 UID = "fdprof-engine-overview"
 QUANTILES = (0.5, 0.9, 0.99)
@@ -35,7 +36,7 @@ def _quantiles(metric: M.Metric, by: tuple[str, ...] = ()) -> tuple[G.Prom, ...]
 
 
 #: the modes the throughput ratio compares, by default: the lockless engine over the lock
-BASELINE, CANDIDATE = "ipc", "none"
+BASELINE, CANDIDATE = LockMode.IPC, LockMode.NONE
 _STAT = {
     "reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False},
     "colorMode": "value",

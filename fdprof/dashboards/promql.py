@@ -1,4 +1,4 @@
-"""PromQL built from :mod:`fdprof.probe.metric_names`, so a panel can only name a real metric.
+"""PromQL built from :mod:`fdprof.metric_names`, so a panel can only name a real metric.
 
 Every selector carries the dashboard filters (``kv_lock``, ``dp_rank`` as regex matchers, so
 Grafana's multi-select and "All" both work) and every rate uses ``$__rate_interval``.
@@ -11,7 +11,7 @@ Totals over the dashboard's range (``$__range``) sum each run's last count (seri
 from __future__ import annotations
 
 from fdprof.dashboards import grafana as G
-from fdprof.probe.metric_names import STEP_DURATION, Metric
+from fdprof.metric_names import STEP_DURATION, Metric
 
 RATE = "$__rate_interval"
 RANGE = "$__range"

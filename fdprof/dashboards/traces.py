@@ -7,10 +7,10 @@ Exemplar links need nothing here: the provisioned Prometheus datasource maps the
 
 from __future__ import annotations
 
+from fdprof import metric_names as M
 from fdprof import semconv as S
 from fdprof.dashboards import grafana as G
 from fdprof.dashboards.promql import filter_variables, legend, quantile
-from fdprof.probe import metric_names as M
 
 UID = "fdprof-traces"
 PROM = G.ds_ref("datasource", "prometheus")

@@ -20,13 +20,13 @@ from typing import Protocol
 
 from fdprof import probe
 from fdprof import semconv as S
-from fdprof.engine import instrument as I
 from fdprof.engine.allocator import BlockAllocator
 from fdprof.engine.config import EngineConfig
 from fdprof.engine.ipc import SEQ_STRIDE, TracedMutex
 from fdprof.engine.messages import Fingerprint, SwapTask
 from fdprof.engine.prefix_cache import Entry, PrefixCache, block_hashes
 from fdprof.engine.results import SwapStats
+from fdprof.probe import handles as H
 from fdprof.probe.context import format_traceparent, trace_id_for
 
 
@@ -76,16 +76,16 @@ class TracedAllocator(BlockAllocator):
     def __init__(self, num_blocks: int, pool: str) -> None:
         super().__init__(num_blocks)
         on_gpu = pool == S.POOL_GPU
-        self._alloc_key = I.GPU_ALLOC if on_gpu else I.CPU_ALLOC
-        self._free_key = I.GPU_FREE if on_gpu else I.CPU_FREE
+        self._alloc_key = H.KV_GPU_ALLOC if on_gpu else H.KV_CPU_ALLOC
+        self._free_key = H.KV_GPU_FREE if on_gpu else H.KV_CPU_FREE
 
     def allocate(self, n: int) -> list[int]:
         if n == 0:
             return []
         p = probe.get()
-        with p.span(I.BLOCK_ALLOC) as sid:
+        with p.span(H.BLOCK_ALLOC) as sid:
             ids = super().allocate(n)
-            p.set_str(sid, I.ROLE, S.ROLE_CACHE_MANAGER)
+            p.set_str(sid, H.ROLE, S.ROLE_CACHE_MANAGER)
             p.set_ints(sid, self._alloc_key, ids)
         return ids
 
@@ -93,9 +93,9 @@ class TracedAllocator(BlockAllocator):
         if not ids:
             return
         p = probe.get()
-        with p.span(I.BLOCK_FREE) as sid:
+        with p.span(H.BLOCK_FREE) as sid:
             super().free(ids)
-            p.set_str(sid, I.ROLE, S.ROLE_CACHE_MANAGER)
+            p.set_str(sid, H.ROLE, S.ROLE_CACHE_MANAGER)
             p.set_ints(sid, self._free_key, ids)
 
 
@@ -140,13 +140,13 @@ class CacheManager:
         task_id = next(self._task_ids)
         if trace_id is None:
             trace_id = trace_id_for(self.cfg.seed, "swap", task_id)
-        with p.span(I.ISSUE_SWAP_TASK, parent) as sid:
+        with p.span(H.ISSUE_SWAP_TASK, parent) as sid:
             if not parent:
                 p.link_context(sid, format_traceparent(trace_id, 0))
-            p.set_str(sid, I.ROLE, S.ROLE_CACHE_MANAGER)
-            p.set_int(sid, I.TASK_ID, task_id)
-            p.set_str(sid, I.DIRECTION, direction)
-            p.set_int(sid, I.BLOCKS, len(gpu_blocks))
+            p.set_str(sid, H.ROLE, S.ROLE_CACHE_MANAGER)
+            p.set_int(sid, H.SWAP_TASK_ID, task_id)
+            p.set_str(sid, H.SWAP_DIRECTION, direction)
+            p.set_int(sid, H.SWAP_BLOCKS, len(gpu_blocks))
             with self._lock.held(sid) if self._lock else contextlib.nullcontext():
                 task = SwapTask(
                     task_id,
@@ -199,8 +199,8 @@ class CacheManager:
                     table.append(e.loading_to)
             table.extend(fresh)
         if swap_in:
-            skip_wait = self.cfg.fault == "no-wait-swap-in"
-            is_sync = self.cfg.swap_in == "sync" and not skip_wait
+            skip_wait = self.cfg.fault == S.Fault.NO_WAIT_SWAP_IN
+            is_sync = self.cfg.swap_in == S.SwapIn.SYNC and not skip_wait
             task = self.issue_swap_task(
                 S.TO_GPU,
                 [e.loading_to for e in swap_in],
@@ -313,7 +313,7 @@ class CacheManager:
         ``room_made`` is told when blocks return to the free list before their copy: only the
         free-before-swap-out fault does that, and a scheduler waiting for room then takes them
         at once, as FastDeploy's scheduler sees free ids as soon as they are freed."""
-        free_early = self.cfg.fault == "free-before-swap-out"
+        free_early = self.cfg.fault == S.Fault.FREE_BEFORE_SWAP_OUT
         with self.mutex:
             deficit = self._want_free - self.gpu.num_free
             victims = self.cache.evictable(min(deficit, self.cfg.swap_batch))

@@ -29,7 +29,7 @@ class Collective:
     def __init__(self, name: str, rank: int, size: int, store: Path, device: str) -> None:
         self.name, self.rank, self.size = name, rank, size
         self.device = device
-        backend = "nccl" if device == "cuda" else "gloo"
+        backend = "nccl" if device == S.DEVICE_CUDA else "gloo"
         dist.init_process_group(
             backend,
             store=dist.FileStore(str(store), size),

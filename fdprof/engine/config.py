@@ -3,34 +3,32 @@
 from __future__ import annotations
 
 import math
-import os
 import warnings
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, replace
 
+from fdprof import semconv as S
+from fdprof import settings
 from fdprof.errors import FdprofError
+from fdprof.semconv import Fault, LockMode, SwapIn
 
-#: ipc: the baseline as FastDeploy ran it (one descriptor shared by the cache manager's
-#: threads, so they do not exclude each other); ipc-per-thread: the corrected lock (a
-#: descriptor per thread); none: lockless
-KV_LOCKS = ("ipc", "ipc-per-thread", "none")
-LOCKED = ("ipc", "ipc-per-thread")
-DEVICES = ("auto", "cpu", "cuda")
+DEVICES = ("auto", S.DEVICE_CPU, S.DEVICE_CUDA)
 WORKLOADS = ("prefix-swap", "swap-heavy", "no-swap")
-#: sync: admission waits for a request's swap-in (FastDeploy's is_sync=True); async: the
-#: request waits in its own state while the others run
-SWAP_INS = ("sync", "async")
-#: the asynchronous engine's faults (``--device-async``), after bugs engines shipped:
-#: store-before-compute-done (vLLM #45704: a store copies blocks the compute stream is still
-#: writing; needs ``--store-on-fill``), foreign-stream-write (LMCache PR #2671: a swap-in
-#: written on a stream of its own, which the event the worker waits on does not cover),
-#: reuse-staging-buffer (TensorRT-LLM PR #15546: the staging buffer refilled while the copy
-#: out of it is in flight; needs ``--swap-in async``, where swap-ins overlap)
-ASYNC_FAULTS = ("store-before-compute-done", "foreign-stream-write", "reuse-staging-buffer")
-FAULTS = ("no-wait-swap-in", "free-before-swap-out", "ack-before-copy", *ASYNC_FAULTS)
+#: the asynchronous engine's faults (``--device-async``): store-before-compute-done (vLLM
+#: #45704: a store copies blocks the compute stream is still writing; needs
+#: ``--store-on-fill``), foreign-stream-write (LMCache PR #2671: a swap-in written on a stream
+#: of its own, which the event the worker waits on does not cover), reuse-staging-buffer
+#: (TensorRT-LLM PR #15546: the staging buffer refilled while the copy out of it is in
+#: flight; needs ``--swap-in async``, where swap-ins overlap)
+ASYNC_FAULTS = (
+    Fault.STORE_BEFORE_COMPUTE_DONE,
+    Fault.FOREIGN_STREAM_WRITE,
+    Fault.REUSE_STAGING_BUFFER,
+)
 #: what each asynchronous fault needs besides ``device_async`` (see ASYNC_FAULTS)
-_FAULT_NEEDS: dict[str, dict] = {
-    "store-before-compute-done": {"store_on_fill": True},
-    "reuse-staging-buffer": {"swap_in": "async"},
+_FAULT_NEEDS: dict[Fault, dict] = {
+    Fault.STORE_BEFORE_COMPUTE_DONE: dict(store_on_fill=True),
+    Fault.REUSE_STAGING_BUFFER: dict(swap_in=SwapIn.ASYNC),
 }
 
 
@@ -42,18 +40,13 @@ def fault_settings(fault: str) -> dict:
     return {"device_async": True, **_FAULT_NEEDS.get(fault, {})}
 
 
-#: the pre-fdprof switches of the baseline lock, still honoured: FastDeploy PR #6724 names the
-#: environment variable USE_KVCACHE_LOCK and the attribute FD_USE_KVCACHE_LOCK; both work
-LEGACY_LOCK_ENVS = ("USE_KVCACHE_LOCK", "FD_USE_KVCACHE_LOCK")
-
-
 class DeprecatedSetting(FutureWarning):
     """A deprecated setting still honoured. A FutureWarning, so users see it by default."""
 
 
 @dataclass(frozen=True)
 class EngineConfig:
-    kv_lock: str = "none"
+    kv_lock: LockMode = LockMode.NONE
     device: str = "auto"
     workload: str = "prefix-swap"
     requests: int = 48
@@ -67,8 +60,8 @@ class EngineConfig:
     ep: bool = False
     #: experts each DP group's worker holds under ``ep``
     experts_per_rank: int = 2
-    swap_in: str = "sync"
-    fault: str | None = None
+    swap_in: SwapIn = SwapIn.SYNC
+    fault: Fault | None = None
     #: asynchronous device work (docs/engine.md, "Asynchronous device work"): the worker's
     #: forward pass and the transfer's copies are queued on streams and ordered by events
     device_async: bool = False
@@ -102,17 +95,22 @@ class EngineConfig:
     max_new_tokens: int = 16
 
     def __post_init__(self) -> None:
+        # the modes as their enums, whether given as members or as their strings (run.json)
+        for name, kind in (("kv_lock", LockMode), ("swap_in", SwapIn), ("fault", Fault)):
+            value = getattr(self, name)
+            if value is None and name == "fault":
+                continue
+            if value not in tuple(kind):
+                raise FdprofError(f"--{name.replace('_', '-')} must be one of {', '.join(kind)}")
+            object.__setattr__(self, name, kind(value))
         checks = [
-            (self.kv_lock in KV_LOCKS, f"--kv-lock must be one of {', '.join(KV_LOCKS)}"),
             (self.device in DEVICES, f"--device must be one of {', '.join(DEVICES)}"),
             (self.workload in WORKLOADS, f"--workload must be one of {', '.join(WORKLOADS)}"),
-            (self.fault is None or self.fault in FAULTS, f"--fault must be one of {FAULTS}"),
             (self.requests >= 1, "--requests must be at least 1"),
             (self.dp >= 1, "--dp must be at least 1"),
             (self.tp >= 1, "--tp must be at least 1"),
-            (self.swap_in in SWAP_INS, f"--swap-in must be one of {', '.join(SWAP_INS)}"),
             (
-                self.swap_in == "sync" or not self.locked,
+                self.swap_in == SwapIn.SYNC or not self.locked,
                 "--swap-in async needs --kv-lock none (the baseline holds its lock until a "
                 "swap has completed)",
             ),
@@ -147,11 +145,11 @@ class EngineConfig:
                 f"--fault {self.fault} needs --device-async",
             ),
             (
-                self.fault != "store-before-compute-done" or self.store_on_fill,
+                self.fault != Fault.STORE_BEFORE_COMPUTE_DONE or self.store_on_fill,
                 "--fault store-before-compute-done needs --store-on-fill",
             ),
             (
-                self.fault != "reuse-staging-buffer" or self.swap_in == "async",
+                self.fault != Fault.REUSE_STAGING_BUFFER or self.swap_in == SwapIn.ASYNC,
                 "--fault reuse-staging-buffer needs --swap-in async (swap-ins overlap only there)",
             ),
             (self.max_new_tokens >= 1, "max_new_tokens must be at least 1"),
@@ -171,17 +169,17 @@ class EngineConfig:
     def copy_delay_s(self) -> float:
         """How long the transfer waits before each copy; store-before-compute-done slows the
         worker's forward pass instead (a slow kernel the store should have waited for)."""
-        return 0.0 if self.fault == "store-before-compute-done" else self.fault_delay_s
+        return 0.0 if self.fault == Fault.STORE_BEFORE_COMPUTE_DONE else self.fault_delay_s
 
     @property
     def compute_delay_s(self) -> float:
         """How long the worker's forward waits (on its stream) before a step that fills
         blocks: store-before-compute-done's window."""
-        return self.fault_delay_s if self.fault == "store-before-compute-done" else 0.0
+        return self.fault_delay_s if self.fault == Fault.STORE_BEFORE_COMPUTE_DONE else 0.0
 
     @property
     def locked(self) -> bool:
-        return self.kv_lock in LOCKED
+        return self.kv_lock.locked
 
     @property
     def experts(self) -> int:
@@ -209,19 +207,14 @@ class EngineConfig:
         return replace(self, **changes)
 
 
-def resolve_kv_lock(flag: str | None, env: dict[str, str] | None = None) -> str:
+def resolve_kv_lock(flag: str | None, env: Mapping[str, str] | None = None) -> LockMode:
     """The lock mode: an explicit flag wins; else ``USE_KVCACHE_LOCK=1`` or
     ``FD_USE_KVCACHE_LOCK=1`` selects the baseline (deprecated, so old scripts keep working);
     else the lockless engine."""
     if flag is not None:
-        return flag
-    env = os.environ if env is None else env
-    for name in LEGACY_LOCK_ENVS:
-        if env.get(name, "").strip() in ("1", "true", "True"):
-            warnings.warn(
-                f"{name}=1 is deprecated; use --kv-lock ipc",
-                DeprecatedSetting,
-                stacklevel=2,
-            )
-            return "ipc"
-    return "none"
+        return LockMode(flag)
+    name = settings.legacy_lock_switch(env)
+    if name is not None:
+        warnings.warn(f"{name}=1 is deprecated; use --kv-lock ipc", DeprecatedSetting, stacklevel=2)
+        return LockMode.IPC
+    return LockMode.NONE

@@ -21,10 +21,10 @@ after everything before the event's most recent ``record`` *at the time of the w
 and ``Stream.synchronize`` return to the host after that work. Nothing else is: two streams
 without an event between them run concurrently (they really overlap on the CPU twin).
 
-Every item is recorded through :class:`fdprof.probe.device.StreamProbe` (its span on the
+Every item is recorded through the probe's :class:`fdprof.probe.StreamProbe` (its span on the
 stream's lane with the interval it really ran, and the launch/event edges), when the process's
-probe records. A device takes the probe current when it is made: make it after
-``probe.configure``.
+probe records. A stream takes its recorder from the probe set when the stream is made: make
+streams after the process is configured (``fdprof.probe.sdk.configure``).
 
 Between processes, a :class:`SharedEvent` is recorded at explicit, increasing generations
 (a step's sequence number, a task id) and waited for at one: the waiter names the generation
@@ -56,9 +56,7 @@ import torch
 
 from fdprof import probe as fdprobe
 from fdprof import semconv as S
-from fdprof.probe import api
-from fdprof.probe.api import Name, Probe
-from fdprof.probe.device import StreamProbe, event_object
+from fdprof.probe import Name, Probe, event_object
 
 #: how often a waiter on a shared event looks at its slot
 SHARED_POLL_S = 0.0002
@@ -121,7 +119,7 @@ class Stream(ABC):
 
     def __init__(self, lane: str, probe: Probe, sync_event: Event) -> None:
         self.lane = lane
-        self.probe = StreamProbe(probe, lane)
+        self.probe = probe.stream(lane)
         self._sync_event = sync_event
 
     @abstractmethod
@@ -234,7 +232,7 @@ class SharedEvent(Event):
 
     def __init__(self, probe: Probe, name: str, slot: Path) -> None:
         super().__init__(probe)
-        self.obj = api.obj(f"{S.DEVICE_EVENT_PREFIX}{name}")
+        self.obj = fdprobe.obj(f"{S.DEVICE_EVENT_PREFIX}{name}")
         self._slot = np.memmap(slot, dtype=np.int64, mode="r+", shape=(1,))
 
     def _publish(self, generation: int) -> None:

@@ -23,8 +23,9 @@ from pathlib import Path
 import numpy as np
 
 from fdprof import probe
-from fdprof.engine import instrument as I
+from fdprof import semconv as S
 from fdprof.engine.messages import tp_seq
+from fdprof.probe import handles as H
 
 SHM_DIR = Path("/dev/shm")
 SIGNAL_SLOTS = 1 << 14
@@ -211,14 +212,14 @@ class SwapSignal:
         self._a = shm_array(path, SIGNAL_SLOTS, create)
 
     def set(self, task_id: int) -> None:
-        probe.get().release(I.SIGNAL_SWAP_DONE, task_id)
+        probe.get().release(H.SIGNAL_SWAP_DONE, task_id)
         self._a[task_id % SIGNAL_SLOTS] = task_id
 
     def done(self, task_id: int) -> bool:
         """Whether the task has completed, without waiting (True records the acquire)."""
         if self._a[task_id % SIGNAL_SLOTS] != task_id:
             return False
-        probe.get().acquire(I.SIGNAL_SWAP_DONE, task_id)
+        probe.get().acquire(H.SIGNAL_SWAP_DONE, task_id)
         return True
 
     def wait(self, task_id: int, control: Control) -> None:
@@ -241,19 +242,19 @@ class KvLock:
     def __init__(self, paths: RunPaths, rank: int, holder: str) -> None:
         flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC  # a link is not followed
         self._fd = os.open(paths.lock(rank), flags, 0o600)
-        self._obj = probe.obj(f"{I.LOCK_KV_PREFIX}{rank}")
+        self._obj = probe.obj(f"{S.LOCK_KV_PREFIX}{rank}")
         self.holder = holder
 
     @contextmanager
     def held(self, parent: int = 0) -> Iterator[int]:
         p = probe.get()
-        wait = p.begin(I.LOCK_WAIT, parent)
-        p.set_str(wait, I.LOCK_HOLDER, self.holder)
+        wait = p.begin(H.LOCK_WAIT, parent)
+        p.set_str(wait, H.LOCK_HOLDER, self.holder)
         fcntl.flock(self._fd, fcntl.LOCK_EX)
         p.acquire(self._obj)
         p.end(wait)
-        hold = p.begin(I.LOCK_HOLD, parent)
-        p.set_str(hold, I.LOCK_HOLDER, self.holder)
+        hold = p.begin(H.LOCK_HOLD, parent)
+        p.set_str(hold, H.LOCK_HOLDER, self.holder)
         try:
             yield hold
         finally:
@@ -302,7 +303,7 @@ class TransferPort:
     def submit(self, task) -> None:
         p = probe.get()
         for t, q in enumerate(self._qs):
-            p.release(I.QUEUE_SWAP, tp_seq(task.task_id, t))
+            p.release(H.QUEUE_SWAP, tp_seq(task.task_id, t))
             q.put(task)
 
     def wait(self, task_id: int) -> None:
@@ -325,7 +326,7 @@ class TracedMutex:
 
     def __init__(self, name: str) -> None:
         self._lock = threading.Lock()
-        self._obj = probe.obj(f"mutex:{name}")
+        self._obj = probe.obj(f"{S.MUTEX_PREFIX}{name}")
 
     def __enter__(self) -> TracedMutex:
         self._lock.acquire()

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import torch
 
+from fdprof import semconv as S
 from fdprof.engine.config import EngineConfig
 
 
@@ -23,10 +24,10 @@ def host_pool(cfg: EngineConfig, device: str, extra: int = 0) -> torch.Tensor:
     """The transfer process's host pool (and ``extra`` blocks after it: the asynchronous
     engine's staging buffer); pinned when the device pool is on a GPU."""
     t = torch.zeros(cfg.kv_shape(cfg.cpu_blocks + extra), dtype=torch.float32)
-    return t.pin_memory() if device == "cuda" else t
+    return t.pin_memory() if device == S.DEVICE_CUDA else t
 
 
 def resolve_device(device: str) -> str:
     if device == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
+        return S.DEVICE_CUDA if torch.cuda.is_available() else S.DEVICE_CPU
     return device

@@ -23,12 +23,12 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Protocol
 
-from fdprof import files, interrupts
+from fdprof import files, interrupts, settings
 from fdprof import semconv as S
 from fdprof.engine.config import EngineConfig
 from fdprof.engine.hosts import Hosts
 from fdprof.engine.ipc import Control, RunPaths, SwapSignal, create_shm_file, remove_stale
-from fdprof.engine.process import GroupQueues, ProcessContext, child_environment, child_main
+from fdprof.engine.process import GroupQueues, ProcessContext, child_main
 from fdprof.engine.reference import REFERENCE_DIR, TOKENS_FILE, compare_tokens, reference_config
 from fdprof.engine.results import (
     EngineStats,
@@ -40,9 +40,9 @@ from fdprof.engine.results import (
 )
 from fdprof.engine.workloads import sized_for_workload
 from fdprof.errors import FdprofError
+from fdprof.formats.rundir import MANIFEST, write_run_manifest
 from fdprof.probe import ProbeConfig
 
-RUN_FORMAT = "fdprof-run/1"
 STOP_GRACE_S = 3.0
 #: how long processes that reported "done" get to exit by themselves (torch's exit alone takes
 #: seconds on a loaded machine) before they are stopped like the rest
@@ -97,7 +97,7 @@ class _Group:
         """Start every process; each is in :attr:`procs` as soon as it started, so an
         interrupt half-way stops those already running."""
         mp, cfg = self._mp, self.cfg
-        with child_environment(env):
+        with settings.exported(env):
             for rank in range(cfg.dp):
                 queues = GroupQueues.make(mp, cfg.tp)
                 self.queues.append(queues)
@@ -105,8 +105,8 @@ class _Group:
                 ctx = ProcessContext(
                     own, probe_config, rank, paths, queues, self.report_q, self.go, os.getpid()
                 )
-                members = [("engine", -1)] + [
-                    (role, t) for t in range(cfg.tp) for role in ("transfer", "worker")
+                members = [(S.ROLE_ENGINE, -1)] + [
+                    (role, t) for t in range(cfg.tp) for role in (S.ROLE_TRANSFER, S.ROLE_WORKER)
                 ]
                 host = contextlib.nullcontext() if self.hosts is None else self.hosts.spawning(
                     mp, rank)  # fmt: skip
@@ -197,12 +197,6 @@ class _Group:
         gc.collect()
 
 
-def _write_manifest(run_dir: Path, **fields) -> None:
-    files.write_atomic(
-        run_dir / "run.json", json.dumps({"format": RUN_FORMAT, **fields}, indent=2) + "\n"
-    )
-
-
 def _create_shared(cfg: EngineConfig, paths: RunPaths) -> Control:
     control = Control(paths.control, cfg.dp, create=True)
     for rank in range(cfg.dp):
@@ -217,7 +211,7 @@ def _create_shared(cfg: EngineConfig, paths: RunPaths) -> Control:
 
 
 def _check_device(device: str) -> None:
-    if device == "cuda":
+    if device == S.DEVICE_CUDA:
         import torch
 
         if not torch.cuda.is_available():
@@ -225,9 +219,9 @@ def _check_device(device: str) -> None:
 
 
 def _results(cfg: EngineConfig, group: _Group, wall_s: float, run_dir: Path) -> RunResults:
-    engines: list[EngineStats] = [v for k, v in group.done.items() if k[0] == "engine"]
-    checkers = [v.integrity for k, v in group.done.items() if k[0] != "engine"]
-    devices = {v["device"] for k, v in group.ready.items() if k[0] == "worker"}
+    engines: list[EngineStats] = [v for k, v in group.done.items() if k[0] == S.ROLE_ENGINE]
+    checkers = [v.integrity for k, v in group.done.items() if k[0] != S.ROLE_ENGINE]
+    devices = {v["device"] for k, v in group.ready.items() if k[0] == S.ROLE_WORKER}
     tokens = sum(e.generated_tokens for e in engines)
     return RunResults(
         kv_lock=cfg.kv_lock,
@@ -282,9 +276,9 @@ def run_engine(
 
 
 def _rewrite_results(run_dir: Path, results: RunResults) -> None:
-    manifest = json.loads((run_dir / "run.json").read_text())
+    manifest = json.loads((run_dir / MANIFEST).read_text())
     manifest.pop("format", None)
-    _write_manifest(run_dir, **{**manifest, "results": results.to_json()})
+    write_run_manifest(run_dir, **{**manifest, "results": results.to_json()})
 
 
 def _run(
@@ -311,7 +305,7 @@ def _run(
         group = _Group(cfg, hosts)
         group.start(probe_config, paths, env or {})
         manifest["processes"] = group.describe()
-        _write_manifest(run_dir, status="running", **manifest)
+        write_run_manifest(run_dir, status="running", **manifest)
         while len(group.ready) < len(group.procs):
             group.poll(0.05)
         for obs in observers:
@@ -325,7 +319,9 @@ def _run(
             if progress is not None and control.finished() != shown:
                 shown = control.finished()
                 progress(shown, cfg.requests)
-            if served_at is None and all(("engine", r, -1) in group.done for r in range(cfg.dp)):
+            if served_at is None and all(
+                (S.ROLE_ENGINE, r, -1) in group.done for r in range(cfg.dp)
+            ):
                 served_at = time.monotonic()
         wall_s = (served_at or time.monotonic()) - t0
         group.join(EXIT_GRACE_S)
@@ -347,7 +343,7 @@ def _run(
     finally:
         with interrupts.shielded():  # a second Ctrl-C or SIGTERM waits for the cleanup
             _clean_up(group, cfg, paths, started, manifest)
-            _write_manifest(run_dir, status=status, **{**manifest, "error": error})
+            write_run_manifest(run_dir, status=status, **{**manifest, "error": error})
 
 
 def _clean_up(

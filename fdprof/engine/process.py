@@ -4,25 +4,23 @@ message saying why."""
 
 from __future__ import annotations
 
-import contextlib
 import importlib
 import os
 import signal
 import traceback
-from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from fdprof import probe
+from fdprof import semconv as S
 from fdprof.engine.config import EngineConfig
 from fdprof.engine.ipc import Control, RunPaths, Stopped, stop_this_process
-from fdprof.probe import ProbeConfig
+from fdprof.probe import ProbeConfig, sdk
 
 #: role -> module whose ``serve(ctx)`` is the process's main loop (it returns its statistics)
 ROLES = {
-    "engine": "fdprof.engine.server",
-    "transfer": "fdprof.engine.transfer",
-    "worker": "fdprof.engine.worker",
+    S.ROLE_ENGINE: "fdprof.engine.server",
+    S.ROLE_TRANSFER: "fdprof.engine.transfer",
+    S.ROLE_WORKER: "fdprof.engine.worker",
 }
 
 
@@ -88,28 +86,12 @@ class ProcessContext:
         self.report_q.put((kind, role, self.rank, self.tp_rank, payload))
 
 
-@contextlib.contextmanager
-def child_environment(env: Mapping[str, str]) -> Iterator[None]:
-    """``env`` set in this process while children are started inside the block (a spawned child
-    copies ``os.environ`` when it starts), then put back as it was."""
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    try:
-        yield
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-
-
 def child_main(role: str, ctx: ProcessContext) -> None:
     """Run one engine process. Ctrl-C is the supervisor's to handle, so it is ignored here;
     SIGTERM (the supervisor's, or one sent to the whole process group) stops it cleanly."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, stop_this_process)
-    probe.configure(ctx.probe_config, role, ctx.rank, ctx.tp_rank)
+    sdk.configure(ctx.probe_config, role, ctx.rank, ctx.tp_rank)
     try:
         stats = importlib.import_module(ROLES[role]).serve(ctx)
         ctx.report("done", role, stats)
@@ -124,6 +106,6 @@ def child_main(role: str, ctx: ProcessContext) -> None:
         ctx.report("error", role, f"{type(exc).__name__}: {exc}{where}")
         ctx.report_q.close()
         ctx.report_q.join_thread()  # the message must leave before os._exit
-        probe.shutdown()
+        sdk.shutdown()
         os._exit(1)
-    probe.shutdown()
+    sdk.shutdown()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from fdprof import semconv as S
 from fdprof.engine.config import EngineConfig
 from fdprof.engine.results import ReferenceCheck, RunResults
 
@@ -20,7 +21,11 @@ TOKENS_FILE = "tokens.json"
 def reference_config(cfg: EngineConfig) -> EngineConfig:
     """``cfg`` without swaps, faults or lock (the lock changes timing, never tokens)."""
     return cfg.with_(
-        workload="no-swap", fault=None, fault_delay_ms=None, kv_lock="none", swap_in="sync"
+        workload="no-swap",
+        fault=None,
+        fault_delay_ms=None,
+        kv_lock=S.LockMode.NONE,
+        swap_in=S.SwapIn.SYNC,
     )
 
 

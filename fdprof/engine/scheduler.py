@@ -20,13 +20,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from fdprof import probe
-from fdprof.engine import instrument as I
 from fdprof.engine.cache_manager import Admission, CacheManager
 from fdprof.engine.config import EngineConfig
 from fdprof.engine.ipc import SEQ_STRIDE
 from fdprof.engine.messages import Batch, BatchSeq, StepResult
 from fdprof.engine.prefix_cache import Entry, block_hashes
 from fdprof.engine.workloads import RequestSpec, blocks_for
+from fdprof.probe import handles as H
 from fdprof.probe.context import format_traceparent, trace_id_for
 
 
@@ -74,9 +74,9 @@ class Scheduler:
         self.waiting: deque[Request] = deque()
         for spec in specs:
             trace_id = trace_id_for(cfg.seed, spec.request_id)
-            sid = p.begin(I.REQUEST)
+            sid = p.begin(H.REQUEST)
             p.link_context(sid, format_traceparent(trace_id, 0))
-            p.set_int(sid, I.REQUEST_ID, spec.request_id)
+            p.set_int(sid, H.REQUEST_ID, spec.request_id)
             self.waiting.append(Request(spec, trace_id, sid))
         self.running: list[Request] = []
         #: admitted, waiting for an asynchronous swap-in of their prefix
@@ -179,7 +179,7 @@ class Scheduler:
             r.num_computed += len(s.tokens)
             r.outputs.append(tok)
             if len(r.outputs) == 1:
-                probe.get().set_int(r.span, I.FIRST_TOKEN_NS, time.time_ns())
+                probe.get().set_int(r.span, H.FIRST_TOKEN_NS, time.time_ns())
             full = r.num_computed // bs
             if full > r.num_registered:
                 hashes = block_hashes(r.tokens, bs, limit=full)[r.num_registered :]
@@ -199,5 +199,5 @@ class Scheduler:
         self.outputs[r.spec.request_id] = list(r.outputs)
         self.running.remove(r)
         p = probe.get()
-        p.set_int(r.span, I.OUTPUT_TOKENS, len(r.outputs))
+        p.set_int(r.span, H.OUTPUT_TOKENS, len(r.outputs))
         p.end(r.span)

@@ -14,7 +14,6 @@ import time
 
 from fdprof import probe
 from fdprof import semconv as S
-from fdprof.engine import instrument as I
 from fdprof.engine.cache_manager import CacheManager
 from fdprof.engine.ipc import (
     Control,
@@ -30,6 +29,7 @@ from fdprof.engine.process import ProcessContext
 from fdprof.engine.results import EngineStats
 from fdprof.engine.scheduler import Scheduler
 from fdprof.engine.workloads import make_requests
+from fdprof.probe import handles as H
 
 #: longest the scheduler waits for one eviction pass (a pass that cannot free enough ends early)
 ROOM_WAIT_S = 2.0
@@ -107,9 +107,9 @@ def cache_manager_lock(ctx: ProcessContext):
     """The cache manager's side of the baseline lock: ``ipc`` shares one descriptor between its
     threads (as FastDeploy's engine did), ``ipc-per-thread`` gives each thread its own."""
     mode = ctx.cfg.kv_lock
-    if mode == "ipc":
+    if mode == S.LockMode.IPC:
         return KvLock(ctx.paths, ctx.rank, S.ROLE_CACHE_MANAGER)
-    if mode == "ipc-per-thread":
+    if mode == S.LockMode.IPC_PER_THREAD:
         return PerThreadKvLock(ctx.paths, ctx.rank, S.ROLE_CACHE_MANAGER)
     return None
 
@@ -119,9 +119,9 @@ def _dispatch(batch: Batch, step_sid: int, ctx: ProcessContext) -> None:
     p = probe.get()
     for s in batch.seqs:
         p.link_context(step_sid, s.traceparent, link=True)  # the step serves this request
-    p.set_int(step_sid, I.STEP_ID, batch.step)
-    p.set_int(step_sid, I.BATCH_SIZE, len(batch.seqs))
-    p.release(I.QUEUE_BATCH, batch.seq)
+    p.set_int(step_sid, H.STEP_ID, batch.step)
+    p.set_int(step_sid, H.BATCH_SIZE, len(batch.seqs))
+    p.release(H.QUEUE_BATCH, batch.seq)
     for q in ctx.queues.batch:
         q.put(batch)
 
@@ -132,7 +132,7 @@ def _collect(ctx: ProcessContext, control: Control) -> StepResult:
     results = []
     for _ in range(ctx.cfg.tp):
         res: StepResult = recv(ctx.result_q, control)
-        p.acquire(I.QUEUE_RESULT, tp_seq(res.seq, res.tp_rank))
+        p.acquire(H.QUEUE_RESULT, tp_seq(res.seq, res.tp_rank))
         results.append(res)
     return merge_shards(results)
 
@@ -147,8 +147,8 @@ def run_steps(
     inflight: Batch | None = None
     while sched.unfinished:
         started = time.perf_counter_ns()
-        step_sid = p.begin(I.STEP)
-        with p.span(I.SCHEDULE, step_sid):
+        step_sid = p.begin(H.STEP)
+        with p.span(H.SCHEDULE, step_sid):
             sched.admit()
         if inflight is not None:
             finished = sched.update(inflight, _collect(ctx, control))
@@ -173,7 +173,7 @@ def serve(ctx: ProcessContext) -> EngineStats:
     cache = CacheManager(ctx.cfg, ctx.rank, port, cache_manager_lock(ctx))
     eviction = BackgroundEviction(cache)
     specs = make_requests(ctx.cfg, ctx.rank)
-    ctx.report("ready", "engine")
+    ctx.report("ready", S.ROLE_ENGINE)
     while not ctx.go.wait(0.1):
         if control.stopping:
             raise Stopped

@@ -19,7 +19,6 @@ import torch
 
 from fdprof import probe
 from fdprof import semconv as S
-from fdprof.engine import instrument as I
 from fdprof.engine.device import Device, DeviceError, Event, SharedEvent, open_device
 from fdprof.engine.integrity import IntegrityChecker
 from fdprof.engine.ipc import SwapSignal, create_shm_file, recv
@@ -28,6 +27,7 @@ from fdprof.engine.messages import SwapTask, tp_seq
 from fdprof.engine.process import ProcessContext
 from fdprof.engine.results import IntegrityStats, WorkerStats
 from fdprof.engine.streams import ipc_events, shared_events
+from fdprof.probe import handles as H
 
 
 def block_runs(src: list[int], dst: list[int]) -> list[tuple[int, int, int]]:
@@ -45,13 +45,13 @@ def create_device_cache(ctx: ProcessContext, device: str, ipc: dict | None = Non
     """This rank's device pool, made here and handed to the worker through ``setup_q`` (with
     the interprocess events of ``--device-async`` on CUDA)."""
     shape = ctx.cfg.kv_shape(ctx.cfg.gpu_blocks)
-    if device == "cuda":
-        pool = torch.zeros(shape, device="cuda")
-        ctx.setup_q.put(("cuda", pool, ipc))  # shared over CUDA IPC by torch's reductions
+    if device == S.DEVICE_CUDA:
+        pool = torch.zeros(shape, device=S.DEVICE_CUDA)
+        ctx.setup_q.put((S.DEVICE_CUDA, pool, ipc))  # shared over CUDA IPC by torch's reductions
         return pool
     path = ctx.paths.gpu_pool(ctx.rank, ctx.tp_rank)
     create_shm_file(path, ctx.cfg.pool_bytes(ctx.cfg.gpu_blocks))
-    ctx.setup_q.put(("cpu", str(path), ipc))
+    ctx.setup_q.put((S.DEVICE_CPU, str(path), ipc))
     return map_pool(path, ctx.cfg, ctx.cfg.gpu_blocks)
 
 
@@ -64,7 +64,7 @@ class Transfer:
         staging = ctx.cfg.gpu_blocks if ctx.cfg.device_async else 0
         self.host = host_pool(ctx.cfg, device, staging)
         self.signal = SwapSignal(ctx.paths.signal(ctx.rank, ctx.tp_rank))
-        cuda = device == "cuda"
+        cuda = device == S.DEVICE_CUDA
         #: per direction: its executor (one thread: tasks of a direction run in order), its
         #: stream, and its integrity counts (each touched by that thread only)
         self.executors = {
@@ -106,25 +106,25 @@ class Transfer:
     def swap(self, task: SwapTask) -> None:
         p = probe.get()
         seq = tp_seq(task.task_id, self.tp_rank)
-        p.acquire(I.QUEUE_SWAP, seq)
-        early_ack = self.cfg.fault == "ack-before-copy"
+        p.acquire(H.QUEUE_SWAP, seq)
+        early_ack = self.cfg.fault == S.Fault.ACK_BEFORE_COPY
         if early_ack:
             self.signal.set(seq)
-        with p.span(I.SWAP) as sid:
+        with p.span(H.SWAP) as sid:
             p.link_context(sid, task.traceparent)
-            p.set_str(sid, I.ROLE, S.ROLE_TRANSFER)
-            p.set_int(sid, I.TASK_ID, task.task_id)
-            p.set_str(sid, I.DIRECTION, task.direction)
-            p.set_int(sid, I.BLOCKS, len(task.gpu_blocks))
+            p.set_str(sid, H.ROLE, S.ROLE_TRANSFER)
+            p.set_int(sid, H.SWAP_TASK_ID, task.task_id)
+            p.set_str(sid, H.SWAP_DIRECTION, task.direction)
+            p.set_int(sid, H.SWAP_BLOCKS, len(task.gpu_blocks))
             if self.copies is not None:
                 self.copies.launch(task, sid, None if early_ack else seq)
                 return
             if task.direction == S.TO_CPU:
-                read_key, src, read = I.GPU_READ, self.dev, task.gpu_blocks
-                write_key, dst, written = I.CPU_WRITE, self.host, task.cpu_blocks
+                read_key, src, read = H.KV_GPU_READ, self.dev, task.gpu_blocks
+                write_key, dst, written = H.KV_CPU_WRITE, self.host, task.cpu_blocks
             else:
-                read_key, src, read = I.CPU_READ, self.host, task.cpu_blocks
-                write_key, dst, written = I.GPU_WRITE, self.dev, task.gpu_blocks
+                read_key, src, read = H.KV_CPU_READ, self.host, task.cpu_blocks
+                write_key, dst, written = H.KV_GPU_WRITE, self.dev, task.gpu_blocks
             p.set_ints(sid, read_key, read)
             p.set_ints(sid, write_key, written)
             if self.cfg.copy_delay_s:
@@ -133,7 +133,7 @@ class Transfer:
             expected = [fp[self.tp_rank] for fp in task.fps]
             bad = self.integrity[task.direction].check(dst, written, expected)
             if bad:
-                p.set_ints(sid, I.MISMATCHES, bad)
+                p.set_ints(sid, H.KV_MISMATCHES, bad)
         if not early_ack:
             self.signal.set(seq)
 
@@ -153,7 +153,7 @@ class AsyncCopies:
         self.dev = dev
         self.streams = {d: dev.stream() for d in (S.TO_CPU, S.TO_GPU)}
         #: foreign-stream-write: swap-ins written on a stream of their own
-        self.foreign = dev.stream() if self.cfg.fault == "foreign-stream-write" else None
+        self.foreign = dev.stream() if self.cfg.fault == S.Fault.FOREIGN_STREAM_WRITE else None
         self.compute_done = events[S.COMPUTE_DONE_EVENT]
         self.swapped_in = events[S.SWAP_IN_EVENT]
         self.copied_out = dev.event()
@@ -174,22 +174,27 @@ class AsyncCopies:
         stream = self.streams[task.direction]
         expected = [fp[t.tp_rank] for fp in task.fps]
         if task.direction == S.TO_CPU:
-            if task.after_step and cfg.fault != "store-before-compute-done":
+            if task.after_step and cfg.fault != S.Fault.STORE_BEFORE_COMPUTE_DONE:
                 stream.wait(self.compute_done, task.after_step)
             target, src, read_ids, dst = stream, t.dev, task.gpu_blocks, t.host
-            read_key, write_key, written = I.GPU_READ, I.CPU_WRITE, task.cpu_blocks
+            read_key, write_key, written = H.KV_GPU_READ, H.KV_CPU_WRITE, task.cpu_blocks
         else:
             target, src, read_ids = stream, t.host, task.cpu_blocks
             if self.foreign is not None:
                 target = self.foreign  # the bug: no event of this stream is waited on
             else:
                 read_ids = self._stage(task, sid)
-            dst, read_key, write_key, written = t.dev, I.CPU_READ, I.GPU_WRITE, task.gpu_blocks
+            dst, read_key, write_key, written = (
+                t.dev,
+                H.KV_CPU_READ,
+                H.KV_GPU_WRITE,
+                task.gpu_blocks,
+            )
         out: dict = {}
         checker = t.integrity[task.direction]
         args = (src, dst, read_ids, written, expected, checker, out)
-        dsid = target.launch(I.SWAP_COPY, self._copy, *args, parent=sid)
-        p.set_int(dsid, I.TASK_ID, task.task_id)
+        dsid = target.launch(H.SWAP_COPY, self._copy, *args, parent=sid)
+        p.set_int(dsid, H.SWAP_TASK_ID, task.task_id)
         p.set_ints(dsid, read_key, read_ids)
         p.set_ints(dsid, write_key, written)
         if task.direction == S.TO_CPU:
@@ -215,11 +220,11 @@ class AsyncCopies:
         if n > len(self.staging):
             raise ValueError(f"swap-in of {n} blocks exceeds the staging buffer")
         staged = self.staging[:n]
-        if self.cfg.fault != "reuse-staging-buffer":
+        if self.cfg.fault != S.Fault.REUSE_STAGING_BUFFER:
             self.staging_free.synchronize()
-        with p.span(I.SWAP_STAGE, sid) as st:
-            p.set_ints(st, I.CPU_READ, task.cpu_blocks)
-            p.set_ints(st, I.CPU_WRITE, staged)
+        with p.span(H.SWAP_STAGE, sid) as st:
+            p.set_ints(st, H.KV_CPU_READ, task.cpu_blocks)
+            p.set_ints(st, H.KV_CPU_WRITE, staged)
             host = self.t.host
             idx = torch.tensor(task.cpu_blocks)
             host[:, :, staged[0] : staged[0] + n] = host.index_select(2, idx)
@@ -247,7 +252,7 @@ class AsyncCopies:
         if "error" in out:
             raise DeviceError(f"swap copy failed: {out['error']!r}") from out["error"]
         if out.get("bad"):
-            probe.get().set_ints(dsid, I.MISMATCHES, out["bad"])
+            probe.get().set_ints(dsid, H.KV_MISMATCHES, out["bad"])
         if seq is not None:
             self.t.signal.set(seq)
 
@@ -269,7 +274,7 @@ def serve(ctx: ProcessContext) -> WorkerStats:
         transfer.copies = AsyncCopies(transfer, dev, shared_events(dev, ctx, ipc))
     p = probe.get()
     p.name_thread("transfer")
-    ctx.report("ready", "transfer", {"device": device, "kv_cache": "owner"})
+    ctx.report("ready", S.ROLE_TRANSFER, {"device": device, "kv_cache": "owner"})
     pending: list[Future] = []
     try:
         while (task := recv(ctx.swap_q, ctx.control)) is not None:

@@ -29,7 +29,6 @@ import torch
 
 from fdprof import probe
 from fdprof import semconv as S
-from fdprof.engine import instrument as I
 from fdprof.engine.collectives import Collective
 from fdprof.engine.device import Device, DeviceError, SharedEvent, open_device
 from fdprof.engine.integrity import IntegrityChecker, fingerprint_tensor, fingerprints, run_sums
@@ -40,13 +39,14 @@ from fdprof.engine.model import Decoder, SeqInput
 from fdprof.engine.process import ProcessContext
 from fdprof.engine.results import WorkerStats
 from fdprof.engine.streams import shared_events
+from fdprof.probe import handles as H
 
 
 def attach_device_cache(ctx: ProcessContext) -> tuple[str, torch.Tensor, dict | None]:
     """The device, the device pool the transfer process created (it says where) and, on CUDA
     with ``--device-async``, the interprocess events it made."""
     device, where, ipc = recv(ctx.setup_q, ctx.control)
-    if device == "cuda":
+    if device == S.DEVICE_CUDA:
         return device, where, ipc
     return device, map_pool(where, ctx.cfg, ctx.cfg.gpu_blocks), ipc
 
@@ -94,9 +94,9 @@ class Worker:
     def _describe(self, sid: int, plan: StepPlan) -> None:
         """The host span's attributes (the step, the batch, the requests it serves)."""
         p = probe.get()
-        p.set_int(sid, I.STEP_ID, plan.batch.step)
-        p.set_int(sid, I.BATCH_SIZE, len(plan.seqs))
-        p.set_int(sid, I.BATCH_TOKENS, sum(len(s.tokens) for s in plan.seqs))
+        p.set_int(sid, H.STEP_ID, plan.batch.step)
+        p.set_int(sid, H.BATCH_SIZE, len(plan.seqs))
+        p.set_int(sid, H.BATCH_TOKENS, sum(len(s.tokens) for s in plan.seqs))
         for s in plan.batch.seqs:
             p.link_context(sid, s.traceparent, link=True)
 
@@ -109,19 +109,19 @@ class Worker:
     def execute_model(self, batch: Batch) -> StepResult | None:
         """The step's result; None for an empty batch (it only joins the collectives)."""
         if not batch.seqs:
-            with probe.get().span(I.EXECUTE_MODEL) as sid:
-                probe.get().set_int(sid, I.BATCH_SIZE, 0)
+            with probe.get().span(H.EXECUTE_MODEL) as sid:
+                probe.get().set_int(sid, H.BATCH_SIZE, 0)
                 self.model.join_empty()
             return None
         p = probe.get()
         plan = self._plan(batch)
-        with p.span(I.EXECUTE_MODEL) as sid:
+        with p.span(H.EXECUTE_MODEL) as sid:
             self._describe(sid, plan)
-            p.set_ints(sid, I.GPU_READ, plan.reads)
-            p.set_ints(sid, I.GPU_WRITE, plan.writes)
+            p.set_ints(sid, H.KV_GPU_READ, plan.reads)
+            p.set_ints(sid, H.KV_GPU_WRITE, plan.writes)
             bad = self.integrity.check(self.pool, plan.check_blocks, plan.check_fps)
             if bad:
-                p.set_ints(sid, I.MISMATCHES, bad)
+                p.set_ints(sid, H.KV_MISMATCHES, bad)
             logits = self.model.forward_paged(self.pool, plan.seqs)
             self.integrity.count_nonfinite(logits)
             self.integrity.count_nonfinite_blocks(self.pool, plan.reads_writes)
@@ -167,14 +167,14 @@ class AsyncWorker(Worker):
     def execute_model(self, batch: Batch) -> StepPlan:
         p = probe.get()
         plan = self._plan(batch)
-        with p.span(I.EXECUTE_MODEL) as sid:
+        with p.span(H.EXECUTE_MODEL) as sid:
             self._describe(sid, plan)
             if batch.after_swap_in:
                 self.compute.wait(self.swapped_in, batch.after_swap_in)
-            plan.device_sid = dsid = self.compute.launch(I.FORWARD, self._forward, plan, parent=sid)
-            p.set_int(dsid, I.STEP_ID, batch.step)
-            p.set_ints(dsid, I.GPU_READ, plan.reads)
-            p.set_ints(dsid, I.GPU_WRITE, plan.writes)
+            plan.device_sid = dsid = self.compute.launch(H.FORWARD, self._forward, plan, parent=sid)
+            p.set_int(dsid, H.STEP_ID, batch.step)
+            p.set_ints(dsid, H.KV_GPU_READ, plan.reads)
+            p.set_ints(dsid, H.KV_GPU_WRITE, plan.writes)
             self.compute.record(self.compute_done, batch.seq)
         return plan
 
@@ -204,7 +204,7 @@ class AsyncWorker(Worker):
         got = out["check"].tolist()
         bad = self.integrity.tally(plan.check_blocks, got, plan.check_fps)
         if bad:
-            probe.get().set_ints(plan.device_sid, I.MISMATCHES, bad)
+            probe.get().set_ints(plan.device_sid, H.KV_MISMATCHES, bad)
         self.integrity.stats.nan += int(out["nonfinite"])
         self.integrity.count_nonfinite_runs(self.pool, plan.reads_writes, out["sums"].tolist())
         return self._result(plan, out["tokens"].tolist(), out["fps"].tolist())
@@ -233,7 +233,7 @@ class _Loop:
     def step(self, batch: Batch) -> None:
         p = probe.get()
         if batch.seqs:
-            p.acquire(I.QUEUE_BATCH, batch.seq)
+            p.acquire(H.QUEUE_BATCH, batch.seq)
         worker = self.worker
         with self.lock.held() if self.lock else contextlib.nullcontext():
             result = worker.execute_model(batch)
@@ -242,7 +242,7 @@ class _Loop:
         if isinstance(worker, AsyncWorker):
             result = worker.finish(result)
         if result is not None:
-            p.release(I.QUEUE_RESULT, tp_seq(result.seq, self.worker.tp_rank))
+            p.release(H.QUEUE_RESULT, tp_seq(result.seq, self.worker.tp_rank))
             self.ctx.result_q.put(result)
 
     def run(self) -> None:
@@ -282,7 +282,7 @@ def serve(ctx: ProcessContext) -> WorkerStats:
         worker = Worker(ctx, device, pool, tp_group, ep_group)
     loop = _Loop(ctx, worker)
     probe.get().name_thread("worker")
-    ctx.report("ready", "worker", {"device": device, "kv_cache": "attached"})
+    ctx.report("ready", S.ROLE_WORKER, {"device": device, "kv_cache": "attached"})
     if ep_group is not None:
         loop.run_in_lockstep(ep_group)
     else:

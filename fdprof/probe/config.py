@@ -1,7 +1,9 @@
 """What a process's probe should do: the plain-data settings the engine passes to each process.
 
-It crosses a spawn boundary, so it holds only plain values. Environment variables
-(``OTEL_*``) are read where the sink is built, not here.
+It crosses a spawn boundary, so it holds only plain values; it sits on the API's side so that
+whoever carries it (the engine's supervisor, the CLI, the A/B) needs nothing of the SDK, whose
+``configure`` reads it. Environment variables (``OTEL_*``) are read where the sink is built,
+not here.
 """
 
 from __future__ import annotations

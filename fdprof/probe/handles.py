@@ -1,8 +1,8 @@
 """The probe handles of fdprof's vocabulary, made once at import from :mod:`fdprof.semconv`
-so the hot path passes small ids. Every instrumented engine uses these: ours
-(``fdprof/engine/instrument.py`` re-exports them) and vLLM's through the adapter. The second
-argument of each name is its NVTX category, one per kind of work (step, request, swap,
-execute_model, lock, kv)."""
+so the hot path passes small ids; each handle has its vocabulary name (``KV_GPU_READ`` is the
+key ``semconv.KV_GPU_READ``). Every instrumented engine uses these: ours and vLLM's through
+the adapter. The second argument of each name is its NVTX category, one per kind of work
+(step, request, swap, execute_model, lock, kv, device)."""
 
 from fdprof import semconv as S
 from fdprof.probe.api import key, name, obj
@@ -23,25 +23,27 @@ ADAPTER_ERROR = name(S.ADAPTER_ERROR, S.CATEGORY_STEP)
 FORWARD = name(S.FORWARD, S.CATEGORY_DEVICE)
 SWAP_COPY = name(S.SWAP_COPY, S.CATEGORY_DEVICE)
 SWAP_STAGE = name(S.SWAP_STAGE, S.CATEGORY_SWAP)
+DEVICE_EVENT_RECORD = name(S.DEVICE_EVENT_RECORD, S.CATEGORY_DEVICE)
+DEVICE_EVENT_WAIT = name(S.DEVICE_EVENT_WAIT, S.CATEGORY_DEVICE)
 
 ROLE = key(S.ROLE)
 STEP_ID = key(S.STEP_ID)
 REQUEST_ID = key(S.REQUEST_ID)
-GPU_READ = key(S.KV_GPU_READ)
-GPU_WRITE = key(S.KV_GPU_WRITE)
-CPU_READ = key(S.KV_CPU_READ)
-CPU_WRITE = key(S.KV_CPU_WRITE)
-GPU_ALLOC = key(S.KV_GPU_ALLOC)
-GPU_FREE = key(S.KV_GPU_FREE)
-CPU_ALLOC = key(S.KV_CPU_ALLOC)
-CPU_FREE = key(S.KV_CPU_FREE)
-TASK_ID = key(S.SWAP_TASK_ID)
-DIRECTION = key(S.SWAP_DIRECTION)
-BLOCKS = key(S.SWAP_BLOCKS)
+KV_GPU_READ = key(S.KV_GPU_READ)
+KV_GPU_WRITE = key(S.KV_GPU_WRITE)
+KV_CPU_READ = key(S.KV_CPU_READ)
+KV_CPU_WRITE = key(S.KV_CPU_WRITE)
+KV_GPU_ALLOC = key(S.KV_GPU_ALLOC)
+KV_GPU_FREE = key(S.KV_GPU_FREE)
+KV_CPU_ALLOC = key(S.KV_CPU_ALLOC)
+KV_CPU_FREE = key(S.KV_CPU_FREE)
+SWAP_TASK_ID = key(S.SWAP_TASK_ID)
+SWAP_DIRECTION = key(S.SWAP_DIRECTION)
+SWAP_BLOCKS = key(S.SWAP_BLOCKS)
 BATCH_SIZE = key(S.BATCH_SIZE)
 BATCH_TOKENS = key(S.BATCH_TOKENS)
 LOCK_HOLDER = key(S.LOCK_HOLDER)
-MISMATCHES = key(S.KV_MISMATCHES)
+KV_MISMATCHES = key(S.KV_MISMATCHES)
 KV_BLOCKS = key(S.KV_BLOCKS)
 COMPUTED_TOKENS = key(S.COMPUTED_TOKENS)
 PROMPT_TOKENS = key(S.PROMPT_TOKENS)
@@ -55,4 +57,3 @@ SIGNAL_SWAP_DONE = obj(S.SIGNAL_SWAP_DONE)
 QUEUE_BATCH = obj(S.QUEUE_BATCH)
 QUEUE_RESULT = obj(S.QUEUE_RESULT)
 BLOCK_FREE_OBJ = obj(S.BLOCK_FREE_OBJ)
-LOCK_KV_PREFIX = S.LOCK_KV_PREFIX

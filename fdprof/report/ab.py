@@ -13,7 +13,7 @@ import numpy as np
 from fdprof import semconv as S
 from fdprof.ab.runs import TIMELINE_SPANS
 from fdprof.ab.session import ABResult
-from fdprof.analysis.breakdown import DEVICE_PARTS, PARTS
+from fdprof.analysis.breakdown import DEVICE_PARTS, PARTS, Part
 from fdprof.analysis.serving import SERVING
 from fdprof.analysis.stats import RatioCI, spread
 from fdprof.contracts import stamped, warnings_json
@@ -31,8 +31,8 @@ EMPTY_STEPS_NOTE = (
 #: paints the part (one colour for both made the two lanes one)
 SWAP_COPY_COLOR = "#c8a2e8"
 #: how the parts read on axes and in legends
-PART_NAMES = {"compute": "compute", "lock_wait": "lock wait", "swap_blocking": "swap (blocking)",
-              "idle": "idle"}  # fmt: skip
+PART_NAMES = {Part.COMPUTE: "compute", Part.LOCK_WAIT: "lock wait",
+              Part.SWAP_BLOCKING: "swap (blocking)", Part.IDLE: "idle"}  # fmt: skip
 
 
 def build(result: ABResult) -> D.Document:
@@ -140,7 +140,10 @@ def findings(result: ABResult) -> list[str]:
 def gain_chart(result: ABResult) -> D.Chart:
     """How much faster, against what was possible: the gain and the ideal gain, with CIs."""
     g, ideal = result.gain, result.ideal
-    bars = [("measured gain", g, D.MODE_COLORS[1]), ("ideal gain", ideal, D.PART_COLORS["compute"])]
+    bars = [
+        ("measured gain", g, D.MODE_COLORS[1]),
+        ("ideal gain", ideal, D.PART_COLORS[Part.COMPUTE]),
+    ]
     series = [
         D.Series(name, [name], [c.ratio], style="markers", color=color,
                  error=([c.ratio - c.lo], [c.hi - c.ratio]),

@@ -13,12 +13,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from fdprof.analysis.breakdown import Part
+
 #: one colour per part of a step's time, in every chart and timeline alike
 PART_COLORS = {
-    "compute": "#2a9d8f",
-    "lock_wait": "#d62828",
-    "swap_blocking": "#7b2cbf",
-    "idle": "#adb5bd",
+    Part.COMPUTE: "#2a9d8f",
+    Part.LOCK_WAIT: "#d62828",
+    Part.SWAP_BLOCKING: "#7b2cbf",
+    Part.IDLE: "#adb5bd",
 }
 #: the two modes of an A/B (baseline, candidate), distinct from the parts' colours
 MODE_COLORS = ("#1d4ed8", "#f59e0b")

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
+from fdprof import settings
 from fdprof.errors import FdprofError
 from fdprof.trace import (
     chrome,
@@ -37,7 +38,7 @@ from fdprof.trace.model import Trace
 # Arrow's default allocator (mimalloc) keeps what it frees: at the peak of loading a PyTorch
 # trace it held 30 MiB beyond the 26 MiB of tables loaded (83 MiB against 52 with the system
 # allocator, which gives large frees back). A choice made with ARROW_DEFAULT_MEMORY_POOL stays.
-if "ARROW_DEFAULT_MEMORY_POOL" not in os.environ:
+if not settings.is_set(settings.ARROW_MEMORY_POOL):
     pa.set_memory_pool(pa.system_memory_pool())
 
 Sniff = Callable[[Path, bytes], bool]

@@ -36,30 +36,17 @@ from fdprof.trace.attrs import STR, AttrsBuilder, small_tail
 from fdprof.trace.chromescan import E_SPAN, E_SYNC, MERGE_EVENTS, Scanned, Scanner
 from fdprof.trace.heap import mapped_large_blocks, release_freed
 from fdprof.trace.jsonstream import Stream, open_text, plain, raw_position
-from fdprof.trace.model import Trace, remap_ints
+from fdprof.trace.model import PROCESS_LABELS, PROCESS_SORT, THREAD_SORT, Trace, remap_ints
 
 #: PyTorch-profiler categories of work that runs on a GPU stream
 DEVICE_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotation"})
-#: args of the fdprof writer that fill columns instead of attributes
-SPAN_ID, PARENT_ID, TRACE_ID, TRUE_TID = "fd.span_id", "fd.parent_id", "fd.trace_id", "fd.tid"
-#: a span's lane and role where the writer could not leave them to a thread or an attribute
-SPAN_LANE, SPAN_ROLE = "fd.span_lane", "fd.span_role"
-#: the span a sync instant belongs to
-SYNC_SPAN = "sync.span"
-#: process metadata args of the fdprof writer
-PROC_ROLE, PROC_ANCHORED = S.ROLE, "fd.anchored"
-#: category of the flow arrows the writer draws for sync edges (the instants carry the edges)
-SYNC_FLOW_CAT = "fd.sync"
-CAT_ATTR = S.CHROME_CATEGORY
-#: ``meta["display"]`` keys: process labels and sort indexes by pid, thread sort indexes by
-#: ``"pid/tid"``, as the ``M`` events give them (the Perfetto writer writes them back)
-PROCESS_LABELS, PROCESS_SORT = "process_labels", "process_sort_index"
-THREAD_SORT = "thread_sort_index"
 
 _INSTANTS = frozenset("iInR")
-_FLOWS = {"s": ("release",), "t": ("acquire", "release"), "f": ("acquire",)}
-#: prefix of the sync objects flows become (``flow:<cat>``)
-FLOW_OBJ = "flow:"
+_FLOWS = {
+    "s": (S.SyncOp.RELEASE,),
+    "t": (S.SyncOp.ACQUIRE, S.SyncOp.RELEASE),
+    "f": (S.SyncOp.ACQUIRE,),
+}
 #: how a sync row is bound to a slice: not at all (its lane is given), to the slice enclosing
 #: it on its track, or to the next slice to begin on it (a flow end without ``"bp":"e"``)
 UNBOUND, ENCLOSING, NEXT = 0, 1, 2
@@ -189,7 +176,8 @@ class _Builder:
             self.rows += len(rows)
             cat = c["cat"][rows]
             with_cat = np.flatnonzero((cat >= 0) & (scanned.text(cat) != ""))
-            self.attrs.add(CAT_ATTR, sids[with_cat], scanned.arrow_text(cat[with_cat]), STR)
+            categories = scanned.arrow_text(cat[with_cat])
+            self.attrs.add(S.CHROME_CATEGORY, sids[with_cat], categories, STR)
             for key, ids, values, kind in scanned.attributes(rows, sids):
                 if kind:
                     self.attrs.add(key, ids, values, kind)
@@ -199,7 +187,8 @@ class _Builder:
         rows = scanned.rows(lo, hi, E_SYNC)
         if len(rows):
             interned = scanned.interned(self.names)
-            syncs = {"op": np.where(c["op"][rows] == 0, S.RELEASE, S.ACQUIRE).astype(object),
+            ops = np.where(c["op"][rows] == 0, S.SyncOp.RELEASE, S.SyncOp.ACQUIRE)
+            syncs = {"op": ops.astype(object),
                      "obj": interned[c["obj"][rows]], "seq": c["seq"][rows].copy(),
                      "keyed": c["keyed"][rows].astype(bool), "time": c["ts"][rows].copy(),
                      "pid": c["pid"][rows].copy(), "tid": c["tid"][rows].copy(),
@@ -217,12 +206,12 @@ class _Builder:
 
     def spans(self, evs: list[dict], start: np.ndarray, end: np.ndarray, lanes) -> None:
         args = [_args(ev) for ev in evs]
-        sids = _ints([a.pop(SPAN_ID, None) for a in args], SPAN_ID)
+        sids = _ints([a.pop(S.SPAN_ID, None) for a in args], S.SPAN_ID)
         for i, sid in enumerate(sids):
             if sid is None:
                 self.auto += 1
                 sids[i] = -self.auto
-        true_tids = [a.pop(TRUE_TID, None) for a in args]
+        true_tids = [a.pop(S.TRUE_TID, None) for a in args]
         ident = self.ident
         pid = [ident(ev.get("pid")) for ev in evs]
         self.pids.update(pid)
@@ -238,20 +227,20 @@ class _Builder:
             raise TypeError(f"cat should be a string, not {short(_first_bad(cats, str, None))}")
         intern = self.names.setdefault
         lanes = [
-            a.pop(SPAN_LANE, None)
+            a.pop(S.SPAN_LANE, None)
             or (_device_lane(a, p, t) if lane is None and c in DEVICE_CATS else lane)
             for a, lane, c, p, t in zip(args, lanes, cats, pid, tid, strict=True)
         ]
         for c, p in zip(cats, pid, strict=True):
             (self.device_pids if c in DEVICE_CATS else self.host_pids).add(p)
-        _strings(lanes, SPAN_LANE)
+        _strings(lanes, S.SPAN_LANE)
         lanes = [lane if lane is None else intern(lane, lane) for lane in lanes]
         cols = self.cols
         cols["span_id"].append(np.array(sids, dtype=np.int64))
-        parents = _ints([a.pop(PARENT_ID, 0) for a in args], PARENT_ID)
+        parents = _ints([a.pop(S.PARENT_ID, 0) for a in args], S.PARENT_ID)
         cols["parent_id"].append(np.array(parents, dtype=np.int64))
         cols["trace_id"].append(
-            np.array(_strings([a.pop(TRACE_ID, None) for a in args], TRACE_ID), dtype=object)
+            np.array(_strings([a.pop(S.TRACE_ID, None) for a in args], S.TRACE_ID), dtype=object)
         )
         cols["start"].append(start)
         cols["end"].append(end)
@@ -260,11 +249,13 @@ class _Builder:
         cols["name"].append(np.array([intern(n, n) for n in names], dtype=object))
         cols["lane"].append(np.array(lanes, dtype=object))
         cols["role"].append(
-            np.array(_strings([a.pop(SPAN_ROLE, None) for a in args], SPAN_ROLE), dtype=object)
+            np.array(_strings([a.pop(S.SPAN_ROLE, None) for a in args], S.SPAN_ROLE), dtype=object)
         )
         self.rows += len(evs)
         with_cat = [(sid, c) for sid, c in zip(sids, cats, strict=True) if c]
-        self.attrs.add_values(CAT_ATTR, [sid for sid, _ in with_cat], [c for _, c in with_cat])
+        self.attrs.add_values(
+            S.CHROME_CATEGORY, [sid for sid, _ in with_cat], [c for _, c in with_cat]
+        )
         self.add_args(sids, args)
 
     def add_args(self, sids: list[int], args: list[dict]) -> None:
@@ -305,7 +296,7 @@ class _Builder:
         s["keyed"].append(keyed)
         s["time"].append(ns(ev["ts"]))
         s["pid"].append(self.ident(ev.get("pid")))
-        s["tid"].append(self.ident(args.get(TRUE_TID, ev.get("tid"))))
+        s["tid"].append(self.ident(args.get(S.TRUE_TID, ev.get("tid"))))
         s["lane"].append(lane)
         s["span_id"].append(span)
 
@@ -326,10 +317,10 @@ class _Builder:
             raise TypeError(f"ph should be a string, not {short(ph)}")
         args = _args(ev)
         if ph == "B":
-            tid = args.get(TRUE_TID, ev.get("tid"))
+            tid = args.get(S.TRUE_TID, ev.get("tid"))
             self.open((self.ident(ev.get("pid")), self.ident(tid)), ev)
         elif ph == "E":
-            tid = args.pop(TRUE_TID, ev.get("tid"))
+            tid = args.pop(S.TRUE_TID, ev.get("tid"))
             self.close((self.ident(ev.get("pid")), self.ident(tid)), ev)
         elif ph in ("b", "e"):
             pid = self.ident(ev.get("pid"))
@@ -341,7 +332,7 @@ class _Builder:
         elif ph in _INSTANTS:
             self.instant(ev)
         elif ph in _FLOWS:
-            if ev.get("cat") == SYNC_FLOW_CAT:
+            if ev.get("cat") == S.SYNC_FLOW_CATEGORY:
                 return
             cat, flow = _cat(ev), _flow_id(ev)
             if type(flow) is int and -(2**63) <= flow < 2**63:
@@ -354,14 +345,16 @@ class _Builder:
                     seq = ids[key] = -1 - self.flows
                     self.flows += 1
             args = ev.get("args") or {}
-            span = args.get(SYNC_SPAN, 0)
+            span = args.get(S.SYNC_SPAN, 0)
             if type(span) is not int:
-                raise TypeError(f"{SYNC_SPAN} should be an integer")
+                raise TypeError(f"{S.SYNC_SPAN} should be an integer")
             if ev.get("bp") is not None and type(ev["bp"]) is not str:
                 raise TypeError(f"bp should be a string, not {short(ev['bp'])}")
             bind = NEXT if ph == "f" and ev.get("bp") != "e" else ENCLOSING
             for op in _FLOWS[ph]:
-                self.add_sync(op, f"{FLOW_OBJ}{cat or ''}", seq, True, ev, span, None, bind)
+                self.add_sync(
+                    op, f"{S.FLOW_OBJ_PREFIX}{cat or ''}", seq, True, ev, span, None, bind
+                )
         elif ph == "M":
             self.metadata(ev)
         elif ph == "C":
@@ -378,14 +371,14 @@ class _Builder:
 
     def instant(self, ev: dict) -> None:
         args = _args(ev)
-        if C.SYNC_OP in args or C.SYNC_OBJ in args:  # a sync event, or bad input
+        if S.SYNC_OP in args or S.SYNC_OBJ in args:  # a sync event, or bad input
             op, obj, seq, keyed = C.sync_fields(
-                args.get(C.SYNC_OP), args.get(C.SYNC_OBJ), args.get(C.SYNC_SEQ, C.NO_SEQ)
+                args.get(S.SYNC_OP), args.get(S.SYNC_OBJ), args.get(S.SYNC_SEQ, C.NO_SEQ)
             )
-            span = args.get(SYNC_SPAN, 0)
+            span = args.get(S.SYNC_SPAN, 0)
             if type(span) is not int:
-                raise ValueError(f"{SYNC_SPAN} = {short(span)}: should be an integer span id")
-            (lane,) = _strings([args.get(C.LANE)], C.LANE)
+                raise ValueError(f"{S.SYNC_SPAN} = {short(span)}: should be an integer span id")
+            (lane,) = _strings([args.get(S.LANE)], S.LANE)
             self.add_sync(op, obj, seq, keyed, ev, span, lane)
             return
         t = ns(ev["ts"])
@@ -396,13 +389,13 @@ class _Builder:
         pid = self.ident(ev.get("pid"))
         if type(ev.get("name")) not in (str, type(None)):
             raise TypeError(f"a metadata event's name should be a string, not {short(ev['name'])}")
-        _strings([args.get("name"), args.get(PROC_ROLE), args.get("labels")],
+        _strings([args.get("name"), args.get(S.ROLE), args.get("labels")],
                  "a process or thread name, role or label")  # fmt: skip
-        dp_rank = C.rank(args.get(C.DP_RANK), C.DP_RANK)
-        tp_rank = C.rank(args.get(C.TP_RANK), C.TP_RANK)
-        anchored = args.get(PROC_ANCHORED, False)
+        dp_rank = C.rank(args.get(S.DP_RANK), S.DP_RANK)
+        tp_rank = C.rank(args.get(S.TP_RANK), S.TP_RANK)
+        anchored = args.get(S.ANCHORED, False)
         if type(anchored) is not bool:
-            raise TypeError(f"{PROC_ANCHORED} should be true or false, not {short(anchored)}")
+            raise TypeError(f"{S.ANCHORED} should be true or false, not {short(anchored)}")
         sort_index = args.get("sort_index")
         if sort_index is not None and type(sort_index) is not int:
             raise TypeError(f"sort_index should be an integer, not {short(sort_index)}")
@@ -411,7 +404,7 @@ class _Builder:
                 limits.check(len(self.proc) + 1, "processes", "processes named in the trace")
             proc = self.proc.setdefault(pid, {})
             proc["name"] = args.get("name") or ""
-            proc["role"] = args.get(PROC_ROLE) or ""
+            proc["role"] = args.get(S.ROLE) or ""
             proc["anchored"] = anchored
             proc["dp_rank"], proc["tp_rank"] = dp_rank, tp_rank
         elif ev.get("name") == "thread_name":
@@ -594,8 +587,8 @@ def _device_owners(b: _Builder, syncs: dict[str, np.ndarray], pids: np.ndarray) 
         return {}
     f = pd.DataFrame({"op": syncs["op"][flows], "obj": syncs["obj"][flows],
                       "seq": syncs["seq"][flows], "pid": syncs["pid"][flows]})  # fmt: skip
-    rel = f[f["op"] == "release"].drop_duplicates(["obj", "seq"])
-    acq = f[(f["op"] == "acquire") & f["pid"].isin(devices)]
+    rel = f[f["op"] == S.SyncOp.RELEASE].drop_duplicates(["obj", "seq"])
+    acq = f[(f["op"] == S.SyncOp.ACQUIRE) & f["pid"].isin(devices)]
     pairs = acq.merge(rel, on=["obj", "seq"], suffixes=("_dev", "_host"))
     pairs = pairs[pairs["pid_host"].isin(hosts)]
     if pairs.empty:
@@ -620,7 +613,7 @@ def _bind_flows(spans: dict[str, np.ndarray], syncs: dict[str, np.ndarray]) -> i
     flows = np.flatnonzero(bind != UNBOUND)
     if not len(flows):
         return 0
-    is_acq = syncs["op"][flows] == "acquire"
+    is_acq = syncs["op"][flows] == S.SyncOp.ACQUIRE
     pairs = pd.DataFrame({"obj": syncs["obj"][flows], "seq": syncs["seq"][flows],
                           "acq": is_acq})  # fmt: skip
     ends = pairs.groupby(["obj", "seq"])["acq"].transform("nunique").to_numpy()
@@ -631,7 +624,7 @@ def _bind_flows(spans: dict[str, np.ndarray], syncs: dict[str, np.ndarray]) -> i
             syncs[key] = syncs[key][keep]
         bind = bind[keep]
         flows = np.flatnonzero(bind != UNBOUND)
-        is_acq = syncs["op"][flows] == "acquire"
+        is_acq = syncs["op"][flows] == S.SyncOp.ACQUIRE
     row = _bound_slices(spans, syncs, flows, bind[flows])
     bound = row >= 0
     at, rows = flows[bound], row[bound]
@@ -734,7 +727,7 @@ def _finish(trace: Trace, b: _Builder) -> Trace:
     b.attrs.renumber(lambda ids: np.subtract(base, ids, out=ids, where=ids < 0))
     attrs = b.attrs.build()
     if not distinct(span_id):
-        raise FdprofError(f"{trace.meta['path']}: two spans share one {SPAN_ID}")
+        raise FdprofError(f"{trace.meta['path']}: two spans share one {S.SPAN_ID}")
     pids = cat("pid", np.int64)
     names = {v: str(k) for k, v in b.ids.items()}
     syncs = {

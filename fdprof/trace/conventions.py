@@ -24,20 +24,6 @@ from fdprof.trace import attrs as A
 from fdprof.trace.attrs import Attrs, Column
 from fdprof.trace.model import TEXT, empty, frame
 
-#: attribute key -> (pool, mode) of the accesses it lists
-KV_KEYS = S.KV_ACCESS_KEYS
-KV_LAYERS = S.KV_LAYERS
-#: span attributes that fill span columns instead of staying only in ``attrs``
-STEP, ROLE, LANE = S.STEP_ID, S.ROLE, S.LANE
-#: W3C traceparents of a span's links (e.g. a step span linking the requests it served)
-LINKS = S.LINKS
-#: the sync conventions when a format carries sync events as attributes
-SYNC_OP, SYNC_OBJ, SYNC_SEQ = S.SYNC_OP, S.SYNC_OBJ, S.SYNC_SEQ
-#: a process's data- and tensor-parallel rank, as resource attributes (the probe's OTel export
-#: sets them)
-DP_RANK, TP_RANK = S.DP_RANK, S.TP_RANK
-
-
 #: ``sync.seq`` absent: the event is unkeyed (pairs in time order)
 NO_SEQ = object()
 _INT64 = (-(2**63), 2**63 - 1)
@@ -48,14 +34,14 @@ def sync_fields(op: Any, obj: Any, seq: Any = NO_SEQ) -> tuple[str, str, int, bo
     OTLP event attributes); a value the conventions mean nothing by is bad input, a
     ``ValueError`` naming the key and the value, never a span, a gap or an edge of its own
     making: ``"Release"``, a seq that is not an int64."""
-    if op not in S.SYNC_OPS:
-        raise ValueError(f"{SYNC_OP} = {_shown(op)}: should be one of {', '.join(S.SYNC_OPS)}")
+    if op not in tuple(S.SyncOp):
+        raise ValueError(f"{S.SYNC_OP} = {_shown(op)}: should be one of {', '.join(S.SyncOp)}")
     if type(obj) is not str or not obj:
-        raise ValueError(f"{SYNC_OBJ} = {_shown(obj)}: should be a non-empty string")
+        raise ValueError(f"{S.SYNC_OBJ} = {_shown(obj)}: should be a non-empty string")
     if seq is NO_SEQ:
         return op, obj, -1, False
     if type(seq) is not int or not _INT64[0] <= seq <= _INT64[1]:
-        raise ValueError(f"{SYNC_SEQ} = {_shown(seq)}: should be an integer in the int64 range")
+        raise ValueError(f"{S.SYNC_SEQ} = {_shown(seq)}: should be an integer in the int64 range")
     return op, obj, seq, True
 
 
@@ -65,7 +51,7 @@ def _shown(value: Any) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
-def rank(value: Any, key: str = DP_RANK) -> int:
+def rank(value: Any, key: str = S.DP_RANK) -> int:
     """A process's DP or TP rank (``key`` names it) from a manifest entry or an attribute: an
     integer, or its digits as the probe's OTel resource writes them; -1 or absent (None):
     unknown. Anything else is bad input, a ``ValueError`` naming the key and the value (the
@@ -138,19 +124,19 @@ def span_columns(spans: pd.DataFrame, attrs: Attrs) -> None:
     """Set ``step``, ``role`` and ``lane`` of ``spans`` in place from ``fd.*`` attributes,
     where present (elsewhere the reader's values stay)."""
     index = pd.Index(spans["span_id"])
-    for key, column, decode in ((STEP, "step", _ints), (ROLE, "role", _strings),
-                                (LANE, "lane", _strings)):  # fmt: skip
+    for key, column, decode in ((S.STEP_ID, "step", _ints), (S.ROLE, "role", _strings),
+                                (S.LANE, "lane", _strings)):  # fmt: skip
         values = attrs.column(key)
         if values is None:
             continue
         decoded = decode(key, values)
-        if column == "step" and (decoded < 0).any():
+        if decode is _ints and (decoded < 0).any():
             row = int(np.flatnonzero(decoded < 0)[0])
             raise _bad(key, values, row, "a step id is an integer >= 0")
         pos = index.get_indexer(values.span_id)
         found = pos >= 0
         rows, decoded = pos[found], decoded[found]
-        if column == "step":
+        if decode is _ints:
             col = spans[column].to_numpy(copy=True)
             col[rows] = decoded
         else:  # in Arrow: no Python string per row of the column
@@ -165,28 +151,28 @@ def span_columns(spans: pd.DataFrame, attrs: Attrs) -> None:
 
 def override_lanes(attrs: Attrs) -> pd.Series:
     """``fd.lane`` of each span that sets one, indexed by span id."""
-    column = attrs.column(LANE)
+    column = attrs.column(S.LANE)
     if column is None:
         return pd.Series([], dtype="string")
-    return pd.Series(_strings(LANE, column), index=column.span_id, dtype="string")
+    return pd.Series(_strings(S.LANE, column), index=column.span_id, dtype="string")
 
 
 def _layer_ranges(attrs: Attrs) -> tuple[pd.Series, pd.Series]:
     """``kv.layers`` of each span that sets one, as ``lo`` and ``hi`` by span id; a range
     that is not ``[lo, hi)`` with ``0 <= lo < hi`` is bad input, not a span that touches no
     layer (which would hide every race it takes part in)."""
-    column = attrs.column(KV_LAYERS)
+    column = attrs.column(S.KV_LAYERS)
     if column is None:
         return pd.Series(dtype="int64"), pd.Series(dtype="int64")
-    lengths, ints = _int_lists(KV_LAYERS, column, "should be a layer range [lo, hi)")
+    lengths, ints = _int_lists(S.KV_LAYERS, column, "should be a layer range [lo, hi)")
     if (lengths != 2).any():
         row = int(np.flatnonzero(lengths != 2)[0])
-        raise _bad(KV_LAYERS, column, row, "should be a layer range [lo, hi)")
+        raise _bad(S.KV_LAYERS, column, row, "should be a layer range [lo, hi)")
     pairs = ints.to_numpy().reshape(-1, 2)
     bad = (pairs[:, 0] < 0) | (pairs[:, 0] >= pairs[:, 1])
     if bad.any():
         row = int(np.flatnonzero(bad)[0])
-        raise _bad(KV_LAYERS, column, row, "an empty or inverted layer range (need 0 <= lo < hi)")
+        raise _bad(S.KV_LAYERS, column, row, "an empty or inverted layer range (need 0 <= lo < hi)")
     return (pd.Series(pairs[:, 0], index=column.span_id),
             pd.Series(pairs[:, 1], index=column.span_id))  # fmt: skip
 
@@ -195,7 +181,7 @@ def accesses_from_attrs(attrs: Attrs) -> pd.DataFrame:
     """The ``accesses`` table, straight from the ``kv.*`` block-id lists and ``kv.layers``."""
     lo_of, hi_of = _layer_ranges(attrs)
     parts = []
-    for key, (pool, mode) in KV_KEYS.items():
+    for key, (pool, mode) in S.KV_ACCESS_KEYS.items():
         column = attrs.column(key)
         if column is None:
             continue

@@ -1,11 +1,11 @@
-"""A loaded trace as OpenTelemetry spans, and its replay to a collector over OTLP/HTTP.
+"""A loaded trace as OpenTelemetry spans.
 
 :class:`OtelView` is the one adapter from the trace model to OpenTelemetry spans: ``fdprof
-export-otlp`` sends its spans through the SDK's batch processor and OTLP exporter
-(:mod:`fdprof.probe.otel_sink`), and the OTLP JSON writer (:mod:`fdprof.trace.otlp`) writes
-them, with the markers that make the file lossless. Its rules are the live export's
-(:mod:`fdprof.probe.otel_spans`), so a replayed run and a live one send the same spans: the
-same ids, parents, trace ids, resources and attributes. Spans keep their recorded times.
+export-otlp`` replays its spans to a collector (:func:`fdprof.probe.sdk.otel_replay.replay`),
+and the OTLP JSON writer (:mod:`fdprof.trace.otlp`) writes them, with the markers that make the
+file lossless. Its rules are the live export's (:mod:`fdprof.formats.otel`), so a replayed run
+and a live one send the same spans: the same ids, parents, trace ids, resources and attributes.
+Spans keep their recorded times.
 
 A trace read from OTLP keeps what its file said about itself: each process's resource
 (``service.name`` and all), and span kinds, scopes and statuses (attributes ``span.kind``,
@@ -14,18 +14,14 @@ A trace read from OTLP keeps what its file said about itself: each process's res
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from fdprof import semconv as S
-from fdprof import settings as env
-from fdprof.errors import FdprofError
-from fdprof.probe.otel_spans import (
+from fdprof.formats.otel import (
     MASK64,
     OTLP_KINDS,
     OTLP_STATUS,
@@ -36,16 +32,13 @@ from fdprof.probe.otel_spans import (
     run_attributes,
     sync_event,
 )
-from fdprof.probe.recorder import PID_SHIFT
+from fdprof.formats.records import PID_SHIFT
 from fdprof.trace import conventions as C
-from fdprof.trace.chrome import SPAN_LANE, SPAN_ROLE
 from fdprof.trace.model import Trace, rows
-from fdprof.trace.otlp import CARRIER, CARRIER_NAME, SYNC_SPAN, SYNTHETIC_TRACE, UNENDED
 
-DEFAULT_ENDPOINT = "http://localhost:4318"
 #: the model's attributes that are OTLP fields, not span attributes
 _FIELDS = (
-    C.LINKS,
+    S.LINKS,
     S.SPAN_KIND,
     S.OTEL_SCOPE_NAME,
     S.OTEL_SCOPE_VERSION,
@@ -65,7 +58,7 @@ def _first_positions(ids: np.ndarray, wanted: np.ndarray) -> np.ndarray:
 
 
 class OtelView:
-    """``trace``'s spans as OpenTelemetry spans (:class:`~fdprof.probe.otel_spans.SpanData`, no
+    """``trace``'s spans as OpenTelemetry spans (:class:`~fdprof.formats.otel.SpanData`, no
     SDK needed), in process order, and each process's resource attributes. ``lossless`` adds
     what only a file needs to be read back as it was: spans that never ended (marked), sync
     events with their thread and lane, and carrier spans for sync events that belong to no
@@ -103,7 +96,7 @@ class OtelView:
         return str(self.attributes[pid].get(S.SERVICE_INSTANCE_ID) or f"pid-{pid}")
 
     def _trace_ids(self, order: np.ndarray) -> list[int]:
-        """Each span's trace, rows in ``order`` (module :mod:`fdprof.probe.otel_spans`): its own,
+        """Each span's trace, rows in ``order``: its own,
         else its nearest ancestor's, else one derived from its root's process instance and id."""
         spans = self.trace.spans
         own = spans["trace_id"].to_numpy(object, na_value=None)[order]
@@ -174,9 +167,9 @@ class OtelView:
             if self.lossless:
                 extra[S.THREAD_ID] = tid
                 if lane is not None:
-                    extra[C.LANE] = lane
+                    extra[S.LANE] = lane
                 if not own:
-                    extra.update({SYNC_SPAN: span, S.PROCESS_PID: pid})
+                    extra.update({S.SYNC_SPAN: span, S.PROCESS_PID: pid})
             event = sync_event(op, obj, seq if keyed else None, t, extra)
             (on_span.setdefault(span, []) if own else carried.setdefault(pid, [])).append(event)
         return on_span, carried
@@ -208,15 +201,15 @@ class OtelView:
             thread_name = names.get((pid, tid))
             if thread_name is not None:
                 attrs[S.THREAD_NAME] = thread_name
-            if lane != thread_lanes[i] and C.LANE not in attrs:
-                attrs[SPAN_LANE] = lane
-            if role != role_of.get(pid, role) and C.ROLE not in attrs:
-                attrs[SPAN_ROLE] = role
+            if lane != thread_lanes[i] and S.LANE not in attrs:
+                attrs[S.SPAN_LANE] = lane
+            if role != role_of.get(pid, role) and S.ROLE not in attrs:
+                attrs[S.SPAN_ROLE] = role
             if lossless:
                 if end < 0:
-                    attrs[UNENDED] = True
+                    attrs[S.UNENDED] = True
                 if own_trace[i] is None:
-                    attrs[SYNTHETIC_TRACE] = True
+                    attrs[S.SYNTHETIC_TRACE] = True
             events = events_of.get(sid, [])
             end = max(end, start)
             yield pid, _span_data(name, trace_ids[i], sid, parent, remote[i], start, end, attrs,
@@ -224,8 +217,8 @@ class OtelView:
         for pid, events in carried.items():
             t = events[0].time
             trace_id = root_trace_id(self.instance(pid), 0)
-            attrs = {CARRIER: True, SYNTHETIC_TRACE: True}
-            yield pid, SpanData(CARRIER_NAME, trace_id, 0, 0, False, t, t, attrs, events, [])
+            attrs = {S.SYNC_CARRIER: True, S.SYNTHETIC_TRACE: True}
+            yield pid, SpanData(S.SYNC_CARRIER_NAME, trace_id, 0, 0, False, t, t, attrs, events, [])
 
     def _thread_names(self) -> dict[tuple[int, int], str]:
         names = {}
@@ -240,7 +233,7 @@ def _span_data(name, trace, sid, parent, remote, start, end, attrs, events, fiel
     """A row's span; ``fields`` are the model's attributes that are OTLP fields (links, kind,
     scope, status)."""
     links = [
-        (int(tp.split("-")[1], 16), int(tp.split("-")[2], 16)) for tp in fields.get(C.LINKS) or ()
+        (int(tp.split("-")[1], 16), int(tp.split("-")[2], 16)) for tp in fields.get(S.LINKS) or ()
     ]
     status = None
     if fields.get(S.OTEL_STATUS_CODE) in OTLP_STATUS:
@@ -252,41 +245,3 @@ def _span_data(name, trace, sid, parent, remote, start, end, attrs, events, fiel
     kind = kind if kind in OTLP_KINDS and kind != "internal" else None
     return SpanData(name, trace, sid & MASK64, parent & MASK64, remote, start, end, attrs,
                     events, links, kind, status, scope)  # fmt: skip
-
-
-@dataclass(frozen=True)
-class Exported:
-    url: str
-    #: spans offered, and delivered (the collector said so)
-    spans: int
-    delivered: int
-    #: spans left out because they never ended (a process was killed)
-    unended: int
-
-
-def export(trace: Trace, endpoint: str | None = None, timeout: float | None = None) -> Exported:
-    """Send every span of ``trace`` through the SDK's batch processor and OTLP exporter
-    (retries and backoff are the SDK's); the first batch the exporter gives up on ends the
-    replay, and the spans not delivered are one :class:`FdprofError` naming how many."""
-    from fdprof.probe.otel_sink import SpanSink, readable, sdk_resource, span_exporter
-
-    settings = env.otel(endpoint, default_endpoint=DEFAULT_ENDPOINT)
-    traces = settings.traces
-    if timeout is not None:
-        traces = dataclasses.replace(traces, timeout_s=timeout)
-    view = OtelView(trace)
-    resources = {pid: sdk_resource(attrs, settings) for pid, attrs in view.attributes.items()}
-    sink = SpanSink(span_exporter(traces), settings)
-    try:
-        for pid, span in view.spans():
-            if sink.failed:
-                break
-            sink.emit(readable(span, resources[pid]), wait=True)
-    finally:
-        delivery = sink.close(flush=True)
-    if delivery.delivered < len(view):
-        raise FdprofError(
-            f"{traces.endpoint}: {len(view) - delivery.delivered} of {len(view)} spans not "
-            f"delivered ({delivery.reason})"
-        )
-    return Exported(traces.endpoint, len(view), delivery.delivered, view.skipped)

@@ -21,8 +21,9 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import ctypes.util
-import os
 from collections.abc import Iterator
+
+from fdprof import settings
 
 _M_MMAP_THRESHOLD = -3  # mallopt's parameter (malloc.h)
 _SMALL_THRESHOLD = 128 * 1024  # glibc's starting value
@@ -49,7 +50,7 @@ def mapped_large_blocks() -> Iterator[None]:
     """Within: blocks of 128 KiB and more are mappings of their own, returned when freed. After:
     the threshold at the dynamic one's ceiling (glibc cannot return to dynamic mode), so later
     work keeps reusing heap pages as it would have."""
-    if _MALLOPT is None or "MALLOC_MMAP_THRESHOLD_" in os.environ:
+    if _MALLOPT is None or settings.is_set(settings.MALLOC_MMAP_THRESHOLD):
         yield
         return
     _MALLOPT(_M_MMAP_THRESHOLD, _SMALL_THRESHOLD)

@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from fdprof import semconv as S
 from fdprof.errors import FdprofError
 from fdprof.trace.merge import merge
 from fdprof.trace.model import Trace, frame
@@ -108,9 +109,9 @@ def cross_host_edges(traces: dict[str, Trace]) -> pd.DataFrame:
     events = pd.concat(rows, ignore_index=True) if rows else pd.DataFrame()
     if events.empty:
         return pd.DataFrame(columns=["rel_host", "acq_host", "slack"])
-    rel = events[events["op"] == "release"]
+    rel = events[events["op"] == S.SyncOp.RELEASE]
     rel = rel[~rel.duplicated(["obj", "seq"], keep=False)]
-    acq = events[events["op"] == "acquire"]
+    acq = events[events["op"] == S.SyncOp.ACQUIRE]
     pairs = acq.merge(rel, on=["obj", "seq"], suffixes=("_a", "_r"))
     pairs = pairs[pairs["host_a"] != pairs["host_r"]]
     slack = (pairs["time_a"] - pairs["time_r"]).to_numpy(np.int64)

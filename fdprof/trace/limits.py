@@ -10,10 +10,10 @@ command-line flag of the same name (``--max-event-size 256M``; 0: no limit).
 
 from __future__ import annotations
 
-import os
 import re
 from dataclasses import dataclass, fields, replace
 
+from fdprof import settings
 from fdprof.errors import FdprofError
 
 
@@ -35,16 +35,16 @@ class Limits:
 
 #: field -> (environment variable, command-line flag, what it bounds)
 SETTINGS = {
-    "event_size": ("FDPROF_MAX_EVENT_SIZE", "--max-event-size",
+    "event_size": (settings.MAX_EVENT_SIZE, "--max-event-size",
                    "characters of one JSON event, OTLP request or run.json (default 64M)"),
-    "inflate_ratio": ("FDPROF_MAX_INFLATE_RATIO", "--max-inflate-ratio",
+    "inflate_ratio": (settings.MAX_INFLATE_RATIO, "--max-inflate-ratio",
                       "how many times the compressed bytes read a gzip trace may inflate to, "
                       "beyond 16 MiB (default 100)"),
-    "depth": ("FDPROF_MAX_DEPTH", "--max-depth",
+    "depth": (settings.MAX_DEPTH, "--max-depth",
               "nesting of an attribute value or run.json (default 64)"),
-    "processes": ("FDPROF_MAX_PROCESSES", "--max-processes",
+    "processes": (settings.MAX_PROCESSES, "--max-processes",
                   "processes in one trace (default 16384)"),
-    "attr_keys": ("FDPROF_MAX_ATTR_KEYS", "--max-attr-keys",
+    "attr_keys": (settings.MAX_ATTR_KEYS, "--max-attr-keys",
                   "distinct attribute keys in one trace (default 10000)"),
 }  # fmt: skip
 
@@ -72,7 +72,7 @@ def current() -> Limits:
     """The limits in force: defaults, then the environment, then :func:`override`."""
     given = {}
     for f in fields(Limits):
-        env = os.environ.get(SETTINGS[f.name][0])
+        env = settings.text(SETTINGS[f.name][0])
         if env is not None:
             given[f.name] = parse(f.name, env)
     return replace(Limits(), **(given | _overrides))

@@ -79,6 +79,12 @@ PROCESS_COLUMNS: dict[str, str] = {
 #: to it is copied into one)
 TEXT = pa.large_string()
 
+#: ``meta["display"]`` keys: process labels and sort indexes by pid, thread sort indexes by
+#: ``"pid/tid"``, as a Chrome trace's ``M`` events name them (the Chrome reader keeps them,
+#: the Perfetto writer writes them back)
+PROCESS_LABELS, PROCESS_SORT = "process_labels", "process_sort_index"
+THREAD_SORT = "thread_sort_index"
+
 SCHEMAS = {
     "spans": SPAN_COLUMNS,
     "accesses": ACCESS_COLUMNS,

@@ -8,9 +8,10 @@ from record to column (:mod:`fdprof.trace.attrs`), never passing through text.
 
 Timestamps are ``time.monotonic_ns()``; each file's header anchors it to the epoch. Processes
 of one run share the host's monotonic clock, so when their anchors agree (within
-:data:`SAME_CLOCK_NS`) one common offset is applied: cross-process order stays exactly as the
-monotonic clock saw it instead of being jittered by each anchor's own measurement error
-(:func:`fdprof.probe.records.epoch_offsets`, the rule the live OpenTelemetry export follows too).
+:data:`fdprof.formats.records.SAME_CLOCK_NS`) one common offset is applied: cross-process order
+stays exactly as the monotonic clock saw it instead of being jittered by each anchor's own
+measurement error (:func:`fdprof.formats.records.epoch_offsets`, the rule the live
+OpenTelemetry export follows too).
 """
 
 from __future__ import annotations
@@ -29,9 +30,10 @@ import pandas as pd
 import pyarrow as pa
 
 from fdprof import files
+from fdprof import semconv as S
 from fdprof.errors import FdprofError, short
-from fdprof.probe import records as R
-from fdprof.probe.run_manifest import RECORD_NAME
+from fdprof.formats import records as R
+from fdprof.formats.rundir import MANIFEST, RECORD_NAME, RUN_FORMAT
 from fdprof.trace import attrs as A
 from fdprof.trace import conventions as C
 from fdprof.trace import limits, pyspy
@@ -40,10 +42,6 @@ from fdprof.trace.attrs import AttrsBuilder
 from fdprof.trace.jsonstream import file_kind, loads
 from fdprof.trace.model import TEXT, Trace
 
-MANIFEST = "run.json"
-RUN_FORMAT = "fdprof-run/1"
-#: anchors (epoch - monotonic) closer than this are taken to be one host's clock
-SAME_CLOCK_NS = R.SAME_CLOCK_NS
 MASK64 = (1 << 64) - 1
 
 _NUMPY_CODES = {"B": "u1", "H": "u2", "I": "u4", "Q": "u8", "q": "i8", "d": "f8", "s": "V"}
@@ -182,14 +180,15 @@ def _decode(path: Path, data: bytearray | None) -> _File | None:
     sync_span, obj, ops, seq, time, sync_tid, sync_flags = columns(
         R.Kind.SYNC, "f0", "f1", "f2", "f3", "f4", "tid", "flags"
     )
-    bad_op = ~np.isin(ops, (R.SyncOp.RELEASE, R.SyncOp.ACQUIRE))
+    bad_op = ~np.isin(ops, (R.SyncCode.RELEASE, R.SyncCode.ACQUIRE))
     if bad_op.any():
         raise FdprofError(
             f"{path}: a sync record's op is {int(ops[bad_op][0])}: should be "
-            f"{R.SyncOp.RELEASE} (release) or {R.SyncOp.ACQUIRE} (acquire)"
+            f"{R.SyncCode.RELEASE} ({R.SyncCode.RELEASE.op}) or {R.SyncCode.ACQUIRE} "
+            f"({R.SyncCode.ACQUIRE.op})"
         )
     out.syncs = {
-        "op": pa.array(["release", "acquire"], TEXT).take(ops - R.SyncOp.RELEASE),
+        "op": pa.array([code.op for code in R.SyncCode], TEXT).take(ops - R.SyncCode.RELEASE),
         "obj": out.text(obj, "a sync object"),
         "seq": seq,
         "keyed": R.sync_keyed(header.version, sync_flags, seq),
@@ -519,7 +518,7 @@ def _build(trace: Trace, files: list[_File], by_pid: dict[int, dict[str, Any]]) 
         f.attrs.clear()  # the per-file parts, so they are not alive beside the columns
     if links:
         links_array = pa.array([tps for _, tps in links], A.ARROW_TYPES[A.STRS])
-        builder.add(C.LINKS, np.array([sid for sid, _ in links], np.int64), links_array, A.STRS)
+        builder.add(S.LINKS, np.array([sid for sid, _ in links], np.int64), links_array, A.STRS)
     spans = {
         "span_id": span_id,
         "parent_id": parent_id,

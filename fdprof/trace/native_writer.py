@@ -1,7 +1,7 @@
 """Writer of native run directories: a trace from any source as ``run.json`` + ``.rec`` files.
 
 Each process's spans, attributes and syncs become the records the probe would have written
-(:mod:`fdprof.probe.records`), with a clock anchor of (0, 0): timestamps are stored on the
+(:mod:`fdprof.formats.records`), with a clock anchor of (0, 0): timestamps are stored on the
 trace's own timebase. What records cannot hold is kept as attributes: a lane or role that
 differs from the thread's becomes ``fd.lane`` / ``fd.role``; a value that is not an int, a
 float, a string or a list of int32 is stored as its JSON text in a string attribute.
@@ -15,12 +15,13 @@ from typing import Any
 
 import numpy as np
 
+from fdprof import semconv as S
 from fdprof.errors import FdprofError
-from fdprof.probe import records as R
+from fdprof.formats import records as R
+from fdprof.formats.rundir import MANIFEST, RUN_FORMAT, record_file_name
 from fdprof.trace import conventions as C
 from fdprof.trace.attrs import to_json
 from fdprof.trace.model import Trace, rows
-from fdprof.trace.native import MANIFEST, RUN_FORMAT
 
 MASK64 = (1 << 64) - 1
 #: pids and tids are stored in 32 bits; negative ones (a foreign trace's named or synthetic
@@ -63,7 +64,7 @@ class _File:
             type(value) is list
             and value
             and all(type(v) is int and I32[0] <= v <= I32[1] for v in value)
-        ) or (type(value) is list and not value and key in C.KV_KEYS):
+        ) or (type(value) is list and not value and key in S.KV_ACCESS_KEYS):
             ints = np.array(value, dtype="<i4").tobytes()
             self.record(R.Kind.ATTR_INTS, tid, R.ATTR_INTS.pack(span, k, len(value)) + ints)
         else:
@@ -121,7 +122,7 @@ def _records(trace: Trace) -> dict[int, _File]:
         )
         own = attr_groups.get(sid, {})
         for key, value in own.items():
-            if key == C.LINKS:
+            if key == S.LINKS:
                 for tp in value:
                     _, trace_hex, span_hex, _ = tp.split("-")
                     payload = R.CONTEXT.pack(
@@ -130,16 +131,16 @@ def _records(trace: Trace) -> dict[int, _File]:
                     f.record(R.Kind.CONTEXT, tid, payload, R.CONTEXT_LINK)
             else:
                 f.attr(tid, sid, key, value)
-        if lane != lanes[i] and C.LANE not in own:
-            f.attr(tid, sid, C.LANE, lane)
-        if pid in role_of and role != role_of[pid] and C.ROLE not in own:
-            f.attr(tid, sid, C.ROLE, role)
+        if lane != lanes[i] and S.LANE not in own:
+            f.attr(tid, sid, S.LANE, lane)
+        if pid in role_of and role != role_of[pid] and S.ROLE not in own:
+            f.attr(tid, sid, S.ROLE, role)
         if trace_ids[i] is not None:
             payload = R.CONTEXT.pack(sid & MASK64, bytes.fromhex(trace_ids[i]), parent & MASK64)
             f.record(R.Kind.CONTEXT, tid, payload, R.CONTEXT_PARENT)
         if end >= 0:
             f.record(R.Kind.SPAN_END, tid, R.SPAN_END.pack(sid & MASK64, end))
-    ops = {"release": R.SyncOp.RELEASE, "acquire": R.SyncOp.ACQUIRE}
+    ops = {code.op: code for code in R.SyncCode}
     sync_cols = ["op", "obj", "seq", "keyed", "time", "pid", "tid", "span_id"]
     for op, obj, seq, keyed, t, pid, tid, span in rows(trace.syncs, sync_cols):
         f = file_of(pid)
@@ -158,7 +159,7 @@ def _write_files(trace: Trace, out: Path, files: dict[int, _File], written: list
         role = str(procs.at[pid, "role"]) if pid in procs.index else ""
         rank = int(procs.at[pid, "dp_rank"]) if pid in procs.index else -1
         tp_rank = int(procs.at[pid, "tp_rank"]) if pid in procs.index else -1
-        record = f"{role or 'process'}-{max(rank, 0)}-{pid}.rec"
+        record = record_file_name(role or "process", max(rank, 0), pid)
         written.append(out / record)
         (out / record).write_bytes(b"".join(f.parts))
         name = str(procs.at[pid, "name"]) if pid in procs.index else role

@@ -494,7 +494,7 @@ def _launches(calls: pd.DataFrame, launched: pd.DataFrame, rows: _Rows) -> None:
     keys = ["pid", "correlationId"]
     calls = calls.merge(launched[keys].drop_duplicates(), on=keys)
     got = launched.merge(calls[keys].drop_duplicates(), on=keys)
-    ends = ((calls, "release", None), (got, "acquire", "lane"))
+    ends = ((calls, S.SyncOp.RELEASE, None), (got, S.SyncOp.ACQUIRE, "lane"))
     for part, op, lane in ends:
         rows.syncs.append(
             {

@@ -148,13 +148,13 @@ def _wait(last: pd.DataFrame, corr: int, pid: int, call: pd.Series) -> pd.DataFr
     n = len(last)
     objs = [f"{S.CUDA_SYNC_PREFIX}{lane}" for lane in last["lane"].tolist()]
     release = pd.DataFrame({
-        "op": [S.RELEASE] * n, "obj": objs, "seq": [corr] * n, "keyed": [True] * n,
+        "op": [S.SyncOp.RELEASE] * n, "obj": objs, "seq": [corr] * n, "keyed": [True] * n,
         "time": last["end"].to_numpy(np.int64), "pid": last["pid"].to_numpy(np.int64),
         "tid": last["stream"].to_numpy(np.int64), "lane": last["lane"].to_numpy(object),
         "span_id": last["span_id"].to_numpy(np.int64),
     })  # fmt: skip
     acquire = pd.DataFrame({
-        "op": [S.ACQUIRE] * n, "obj": objs, "seq": [corr] * n, "keyed": [True] * n,
+        "op": [S.SyncOp.ACQUIRE] * n, "obj": objs, "seq": [corr] * n, "keyed": [True] * n,
         "time": [int(call["end"])] * n,
         "pid": [pid] * n, "tid": [int(call["tid"])] * n, "lane": [None] * n,
         "span_id": [0] * n,

@@ -21,7 +21,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from fdprof import semconv as S
 from fdprof.errors import FdprofError
+from fdprof.formats.rundir import MANIFEST
 from fdprof.trace import conventions as C
 from fdprof.trace.attrs import Attrs, AttrsBuilder
 from fdprof.trace.jsonstream import loads
@@ -110,7 +112,7 @@ def _text(payload: bytes, start: int) -> str:
 def _processes(path: Path) -> dict[int, dict]:
     """``pid -> process entry`` from a ``run.json`` at or above the capture folder."""
     for folder in (path, path.parent, path.parent.parent):
-        manifest = folder / "run.json"
+        manifest = folder / MANIFEST
         if manifest.is_file():
             try:
                 doc = loads(manifest.read_text())
@@ -174,7 +176,7 @@ def read_nvtx_capture(path: str | Path) -> Trace:
             if kind != MARK:
                 continue
             _, dom, t, cat, ptype, payload, mtype, _, mhandle = EVENT.unpack_from(p)
-            if categories.get((dom, cat)) != "sync":
+            if categories.get((dom, cat)) != S.CATEGORY_SYNC:
                 continue
             op, _, obj = _message((mtype, mhandle, p[EVENT.size :]), strings).partition(" ")
             syncs["op"].append(op)
@@ -199,8 +201,8 @@ def read_nvtx_capture(path: str | Path) -> Trace:
                 "role": [str(procs.get(c.pid, {}).get("role", "")) for c in caps],
                 "name": [str(procs.get(c.pid, {}).get("name", "")) for c in caps],
                 "anchored": [True for _ in caps],
-                "dp_rank": [C.rank(procs.get(c.pid, {}).get("dp_rank"), C.DP_RANK) for c in caps],
-                "tp_rank": [C.rank(procs.get(c.pid, {}).get("tp_rank"), C.TP_RANK) for c in caps],
+                "dp_rank": [C.rank(procs.get(c.pid, {}).get("dp_rank"), S.DP_RANK) for c in caps],
+                "tp_rank": [C.rank(procs.get(c.pid, {}).get("tp_rank"), S.TP_RANK) for c in caps],
             },
         ),
         meta={

@@ -30,25 +30,14 @@ import numpy as np
 
 from fdprof import semconv as S
 from fdprof.errors import FdprofError, short
-from fdprof.probe.otel_spans import OTLP_KINDS, OTLP_STATUS, SCOPE, SpanData
+from fdprof.formats.otel import OTLP_KINDS, OTLP_STATUS, SCOPE, SpanData
 from fdprof.trace import conventions as C
 from fdprof.trace import limits
 from fdprof.trace.assemble import assemble
 from fdprof.trace.attrs import AttrsBuilder
-from fdprof.trace.chrome import SPAN_LANE, SPAN_ROLE
 from fdprof.trace.jsonstream import Stream, open_text
 from fdprof.trace.model import SYNC_COLUMNS, Trace, numpy_dtype, rows
 
-THREAD_ID = S.THREAD_ID
-PROCESS_PID = S.PROCESS_PID
-SERVICE_NAME = S.SERVICE_NAME
-#: resource attributes only files carry (the processes table's columns OTLP has no key for)
-PROCESS_NAME, PROCESS_ANCHORED = "fd.process_name", "fd.anchored"
-UNENDED, SYNTHETIC_TRACE = "fd.unended", "fd.synthetic_trace"
-#: the zero-length span per process that carries sync events of no span
-CARRIER, CARRIER_NAME = "fd.sync_carrier", "fdprof.syncs"
-#: an event's span and process, where it is carried (not its span's own)
-SYNC_SPAN = "sync.span"
 #: spans per request (one line of the file)
 BATCH = 2000
 #: scopes whose spans are fdprof's own (no ``otel.scope.*`` attributes kept for them)
@@ -67,11 +56,19 @@ MASK64 = (1 << 64) - 1
 #: bytes, which would read as their hex text
 _COLUMN_KEYS = frozenset({
     S.PROCESS_PID, S.SERVICE_NAME, S.ROLE, S.DP_RANK, S.TP_RANK, S.THREAD_ID, S.THREAD_NAME,
-    S.LANE, S.STEP_ID, S.SYNC_OP, S.SYNC_OBJ, S.SYNC_SEQ, PROCESS_NAME, PROCESS_ANCHORED,
-    SPAN_LANE, SPAN_ROLE, SYNC_SPAN,
+    S.LANE, S.STEP_ID, S.SYNC_OP, S.SYNC_OBJ, S.SYNC_SEQ, S.PROCESS_NAME, S.ANCHORED,
+    S.SPAN_LANE, S.SPAN_ROLE, S.SYNC_SPAN,
 })  # fmt: skip
-_RESERVED = {THREAD_ID, S.THREAD_NAME, SPAN_LANE, SPAN_ROLE, UNENDED, SYNTHETIC_TRACE, CARRIER}
-_FILE_ONLY = (PROCESS_NAME, PROCESS_ANCHORED)
+_RESERVED = {
+    S.THREAD_ID,
+    S.THREAD_NAME,
+    S.SPAN_LANE,
+    S.SPAN_ROLE,
+    S.UNENDED,
+    S.SYNTHETIC_TRACE,
+    S.SYNC_CARRIER,
+}
+_FILE_ONLY = (S.PROCESS_NAME, S.ANCHORED)
 
 
 def any_value(value: Any) -> dict[str, Any]:
@@ -241,7 +238,7 @@ def write(trace: Trace, path: str | Path) -> None:
         def line(pid: int, spans: list) -> None:
             values = dict(view.attributes[pid])
             if pid in procs:
-                values[PROCESS_NAME], values[PROCESS_ANCHORED] = str(procs[pid][0]), procs[pid][1]
+                values[S.PROCESS_NAME], values[S.ANCHORED] = str(procs[pid][0]), procs[pid][1]
             scopes = []
             for (name, version), group in itertools.groupby(spans, key=lambda s: s.scope):
                 meta = {"name": name, **({"version": version} if version else {})}
@@ -354,23 +351,23 @@ class _Reader:
         for rs in _list(resource_spans, "resourceSpans"):
             rs = _object(rs, "a resourceSpans entry")
             res = dict(_attr_pairs(_object(rs.get("resource"), "resource").get("attributes")))
-            pid = res.get(PROCESS_PID)
+            pid = res.get(S.PROCESS_PID)
             if pid is None:  # a resource that names no process: one of its own per resource
                 key = json.dumps(res, sort_keys=True, default=str)
                 pid = self.anonymous.setdefault(key, -1 - len(self.anonymous))
-            pid = _attr_int(pid, PROCESS_PID)
-            role = _text(res.get(C.ROLE, res.get(SERVICE_NAME, "")), C.ROLE)
+            pid = _attr_int(pid, S.PROCESS_PID)
+            role = _text(res.get(S.ROLE, res.get(S.SERVICE_NAME, "")), S.ROLE)
             if pid not in self.procs:
                 limits.check(len(self.procs) + 1, "processes", "processes (resources)")
-                anchored = res.get(PROCESS_ANCHORED, False)
+                anchored = res.get(S.ANCHORED, False)
                 self.procs[pid] = {
                     "role": role,
                     "name": _text(
-                        res.get(PROCESS_NAME, res.get(SERVICE_NAME, str(pid))), PROCESS_NAME
+                        res.get(S.PROCESS_NAME, res.get(S.SERVICE_NAME, str(pid))), S.PROCESS_NAME
                     ),  # fmt: skip
-                    "anchored": _typed(anchored, bool, f"resource attribute {PROCESS_ANCHORED}"),
-                    "dp_rank": C.rank(res.get(C.DP_RANK), C.DP_RANK),
-                    "tp_rank": C.rank(res.get(C.TP_RANK), C.TP_RANK),
+                    "anchored": _typed(anchored, bool, f"resource attribute {S.ANCHORED}"),
+                    "dp_rank": C.rank(res.get(S.DP_RANK), S.DP_RANK),
+                    "tp_rank": C.rank(res.get(S.TP_RANK), S.TP_RANK),
                 }
                 self.resources[pid] = {k: v for k, v in res.items() if k not in _FILE_ONLY}
             for ss in _list(rs.get("scopeSpans", rs.get("scope_spans")), "scopeSpans"):
@@ -386,10 +383,10 @@ class _Reader:
     def span(self, span: dict, pid: int, role: str, scope: dict[str, Any]) -> None:
         values = dict(_attr_pairs(span.get("attributes")))
         sid = _id(span.get("spanId"))
-        tid = _attr_int(values.get(THREAD_ID, 0), THREAD_ID)
-        for marker in (CARRIER, UNENDED, SYNTHETIC_TRACE):
+        tid = _attr_int(values.get(S.THREAD_ID, 0), S.THREAD_ID)
+        for marker in (S.SYNC_CARRIER, S.UNENDED, S.SYNTHETIC_TRACE):
             _typed(values.get(marker, False), bool, f"attribute {marker}")
-        if values.pop(CARRIER, False):
+        if values.pop(S.SYNC_CARRIER, False):
             sid = 0
         else:
             start = _time(span["startTimeUnixNano"], "startTimeUnixNano")
@@ -398,14 +395,14 @@ class _Reader:
             s["parent_id"].append(_id(span.get("parentSpanId")))
             s["name"].append(_typed(span.get("name", ""), str, "a span's name"))
             s["start"].append(start)
-            end = -1 if values.get(UNENDED) else _time(span["endTimeUnixNano"], "endTimeUnixNano")
+            end = -1 if values.get(S.UNENDED) else _time(span["endTimeUnixNano"], "endTimeUnixNano")
             s["end"].append(end)
             s["pid"].append(pid)
             s["tid"].append(tid)
-            s["role"].append(_typed(values.get(SPAN_ROLE, role), str, SPAN_ROLE))
-            lane = values.get(SPAN_LANE)
-            s["lane"].append(lane if lane is None else _typed(lane, str, SPAN_LANE))
-            synthetic = values.get(SYNTHETIC_TRACE)
+            s["role"].append(_typed(values.get(S.SPAN_ROLE, role), str, S.SPAN_ROLE))
+            lane = values.get(S.SPAN_LANE)
+            s["lane"].append(lane if lane is None else _typed(lane, str, S.SPAN_LANE))
+            synthetic = values.get(S.SYNTHETIC_TRACE)
             s["trace_id"].append(None if synthetic else _trace_id(span.get("traceId")))
             if S.THREAD_NAME in values:
                 self.thread_names[f"{pid}/{tid}"] = _text(values[S.THREAD_NAME], S.THREAD_NAME)
@@ -417,7 +414,7 @@ class _Reader:
                 for link in (_object(x, "a link") for x in _list(span.get("links"), "links"))
             ]
             if links:
-                self.attr(sid, C.LINKS, links)
+                self.attr(sid, S.LINKS, links)
         for event in _list(span.get("events"), "events"):
             self.event(_object(event, "an event"), sid, pid, tid)
 
@@ -430,10 +427,10 @@ class _Reader:
 
     def event(self, event: dict, sid: int, pid: int, tid: int) -> None:
         values = dict(_attr_pairs(event.get("attributes")))
-        if C.SYNC_OP not in values and C.SYNC_OBJ not in values:
+        if S.SYNC_OP not in values and S.SYNC_OBJ not in values:
             return  # not a sync event
         op, obj, seq, keyed = C.sync_fields(
-            values.get(C.SYNC_OP), values.get(C.SYNC_OBJ), values.get(C.SYNC_SEQ, C.NO_SEQ)
+            values.get(S.SYNC_OP), values.get(S.SYNC_OBJ), values.get(S.SYNC_SEQ, C.NO_SEQ)
         )
         s = self.syncs
         s["op"].append(op)
@@ -441,11 +438,11 @@ class _Reader:
         s["seq"].append(seq)
         s["keyed"].append(keyed)
         s["time"].append(_time(event.get("timeUnixNano"), "timeUnixNano"))
-        s["pid"].append(_attr_int(values.get(PROCESS_PID, pid), PROCESS_PID))
-        s["tid"].append(_attr_int(values.get(THREAD_ID, tid), THREAD_ID))
-        lane = values.get(C.LANE)
-        s["lane"].append(lane if lane is None else _typed(lane, str, C.LANE))
-        s["span_id"].append(_attr_int(values.get(SYNC_SPAN, sid), SYNC_SPAN))
+        s["pid"].append(_attr_int(values.get(S.PROCESS_PID, pid), S.PROCESS_PID))
+        s["tid"].append(_attr_int(values.get(S.THREAD_ID, tid), S.THREAD_ID))
+        lane = values.get(S.LANE)
+        s["lane"].append(lane if lane is None else _typed(lane, str, S.LANE))
+        s["span_id"].append(_attr_int(values.get(S.SYNC_SPAN, sid), S.SYNC_SPAN))
 
 
 def _scope_attrs(scope: Any) -> dict[str, Any]:

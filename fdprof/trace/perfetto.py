@@ -26,10 +26,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from fdprof import progress
-from fdprof.trace import chrome as K
+from fdprof import semconv as S
 from fdprof.trace import conventions as C
 from fdprof.trace.attrs import STR, Attrs
-from fdprof.trace.model import Trace, remap_ints, rows
+from fdprof.trace.model import PROCESS_LABELS, PROCESS_SORT, THREAD_SORT, Trace, remap_ints, rows
 from fdprof.trace.tracks import SYNTHETIC_TID, Tracks, assign
 
 MASK64 = (1 << 64) - 1
@@ -92,20 +92,20 @@ def write(trace: Trace, path: str | Path) -> None:
         for pid, role, name, anchored, rank, tp_rank in rows(procs, proc_cols):
             emit(
                 f'{{"ph":"M","name":"process_name","pid":{pid},"args":{{"name":'
-                f"{encode_basestring(str(name))},{encode_basestring(K.PROC_ROLE)}:"
-                f'{encode_basestring(str(role))},"{K.PROC_ANCHORED}":{str(bool(anchored)).lower()}'
-                f',"{C.DP_RANK}":{int(rank)},"{C.TP_RANK}":{int(tp_rank)}}}}}'
+                f"{encode_basestring(str(name))},{encode_basestring(S.ROLE)}:"
+                f'{encode_basestring(str(role))},"{S.ANCHORED}":{str(bool(anchored)).lower()}'
+                f',"{S.DP_RANK}":{int(rank)},"{S.TP_RANK}":{int(tp_rank)}}}}}'
             )
-        for pid, labels in display.get(K.PROCESS_LABELS, {}).items():
+        for pid, labels in display.get(PROCESS_LABELS, {}).items():
             emit(f'{{"ph":"M","name":"process_labels","pid":{pid},"args":{{"labels":'
                  f"{encode_basestring(labels)}}}}}")  # fmt: skip
-        for pid, index in display.get(K.PROCESS_SORT, {}).items():
+        for pid, index in display.get(PROCESS_SORT, {}).items():
             emit(f'{{"ph":"M","name":"process_sort_index","pid":{pid},'
                  f'"args":{{"sort_index":{int(index)}}}}}')  # fmt: skip
         for lane, name in trace.meta.get("thread_names", {}).items():
             if (ids := _ids(lane)) is not None:
                 emit(_thread_name(*ids, name))
-        for lane, index in display.get(K.THREAD_SORT, {}).items():
+        for lane, index in display.get(THREAD_SORT, {}).items():
             if (ids := _ids(lane)) is not None:
                 emit(f'{{"ph":"M","name":"thread_sort_index","pid":{ids[0]},"tid":{ids[1]},'
                      f'"args":{{"sort_index":{int(index)}}}}}')  # fmt: skip
@@ -189,19 +189,19 @@ def _spans(emit, spans: pd.DataFrame, attrs: Attrs, tracks: Tracks, role_of) -> 
     lane = spans["lane"].to_numpy(object)
     role = spans["role"].to_numpy(object)
     track, overlapping = tracks.span_tid, tracks.overlapping
-    own_lane = np.isin(sid, attrs.span_ids(C.LANE))
-    own_role = np.isin(sid, attrs.span_ids(C.ROLE))
+    own_lane = np.isin(sid, attrs.span_ids(S.LANE))
+    own_role = np.isin(sid, attrs.span_ids(S.ROLE))
     default_lane = lane != C.thread_lanes(pid, tid)
     proc_role = pd.Series(pid).map(role_of).to_numpy(object)
     members = [
-        _join(f'"{K.SPAN_ID}":', _ints(sid)),
-        _opt(parent != 0, f',"{K.PARENT_ID}":', _ints(parent)),
-        _opt(spans["trace_id"].notna().to_numpy(bool), f',"{K.TRACE_ID}":',
+        _join(f'"{S.SPAN_ID}":', _ints(sid)),
+        _opt(parent != 0, f',"{S.PARENT_ID}":', _ints(parent)),
+        _opt(spans["trace_id"].notna().to_numpy(bool), f',"{S.TRACE_ID}":',
              _json_texts(spans["trace_id"].to_numpy(object, na_value=None))),
-        _opt((track != tid) | overlapping, f',"{K.TRUE_TID}":', _ints(tid)),
-        _opt((default_lane | overlapping) & ~own_lane, f',"{K.SPAN_LANE}":', _json_texts(lane)),
-        _opt((role != proc_role) & ~own_role, f',"{K.SPAN_ROLE}":', _json_texts(role)),
-        _extra(sid, args_text(attrs, skip=(K.CAT_ATTR,))),
+        _opt((track != tid) | overlapping, f',"{S.TRUE_TID}":', _ints(tid)),
+        _opt((default_lane | overlapping) & ~own_lane, f',"{S.SPAN_LANE}":', _json_texts(lane)),
+        _opt((role != proc_role) & ~own_role, f',"{S.SPAN_ROLE}":', _json_texts(role)),
+        _extra(sid, args_text(attrs, skip=(S.CHROME_CATEGORY,))),
     ]  # fmt: skip
     args = _join('"args":{', *members, "}")
     cat = _cats(sid, attrs)
@@ -270,7 +270,7 @@ def _extra(sid: np.ndarray, args: tuple[np.ndarray, pa.Array]) -> pa.Array:
 
 def _cats(sid: np.ndarray, attrs: Attrs) -> pa.Array:
     """``"cat":<its chrome.cat>,`` of each span that has a string one."""
-    column = attrs.column(K.CAT_ATTR)
+    column = attrs.column(S.CHROME_CATEGORY)
     if column is None:
         return pa.array([""] * len(sid), pa.string())
     values = column.values.to_pylist() if column.kind == STR else column.python()
@@ -285,7 +285,7 @@ def _syncs(emit, syncs: pd.DataFrame, lane_tracks: dict, names: dict, span_track
     """The flows a trace came with, as flows; instants for every other sync event, and a flow
     arrow per release → acquire edge of those."""
     syncs = syncs.reset_index(drop=True)
-    flow = (syncs["obj"].str.startswith(K.FLOW_OBJ) & syncs["keyed"]).to_numpy(bool)
+    flow = (syncs["obj"].str.startswith(S.FLOW_OBJ_PREFIX) & syncs["keyed"]).to_numpy(bool)
     _flows(emit, syncs[flow], span_track)
     syncs = syncs[~flow].reset_index(drop=True)
     lanes_default = C.thread_lanes(syncs["pid"].to_numpy(), syncs["tid"].to_numpy())
@@ -302,19 +302,19 @@ def _syncs(emit, syncs: pd.DataFrame, lane_tracks: dict, names: dict, span_track
             track = lane_tracks[(pid, lane)]
         where.append((pid, track))
         label = f"{op} {obj}" + (f" #{seq}" if keyed else "")
-        seq_arg = f'"{C.SYNC_SEQ}":{seq},' if keyed else ""  # an unkeyed event has none
+        seq_arg = f'"{S.SYNC_SEQ}":{seq},' if keyed else ""  # an unkeyed event has none
         emit(
             f'{{"ph":"i","s":"t","name":{encode_basestring(label)},"pid":{pid},"tid":{track},'
-            f'"ts":{us(t)},"args":{{"{C.SYNC_OP}":"{op}","{C.SYNC_OBJ}":{encode_basestring(obj)},'
-            f'{seq_arg}"{K.SYNC_SPAN}":{span},"{K.TRUE_TID}":{tid},'
-            f'"{C.LANE}":{encode_basestring(lane)}}}}}'
+            f'"ts":{us(t)},"args":{{"{S.SYNC_OP}":"{op}","{S.SYNC_OBJ}":{encode_basestring(obj)},'
+            f'{seq_arg}"{S.SYNC_SPAN}":{span},"{S.TRUE_TID}":{tid},'
+            f'"{S.LANE}":{encode_basestring(lane)}}}}}'
         )
     if not len(syncs):
         return
     times = syncs["time"].tolist()
     keyed = syncs[syncs["keyed"].to_numpy(bool)]
-    rel = keyed[keyed["op"] == "release"].drop_duplicates(["obj", "seq"])
-    acq = keyed[keyed["op"] == "acquire"]
+    rel = keyed[keyed["op"] == S.SyncOp.RELEASE].drop_duplicates(["obj", "seq"])
+    acq = keyed[keyed["op"] == S.SyncOp.ACQUIRE]
     pairs = acq.reset_index().merge(rel.reset_index(), on=["obj", "seq"], suffixes=("_a", "_r"))
     for flow, (obj, r, a) in enumerate(rows(pairs, ["obj", "index_r", "index_a"])):
         for ph, row in (("s", r), ("f", a)):
@@ -322,7 +322,7 @@ def _syncs(emit, syncs: pd.DataFrame, lane_tracks: dict, names: dict, span_track
             t = times[row]
             bp = ',"bp":"e"' if ph == "f" else ""
             emit(
-                f'{{"ph":"{ph}","cat":"{K.SYNC_FLOW_CAT}","name":{encode_basestring(obj)},'
+                f'{{"ph":"{ph}","cat":"{S.SYNC_FLOW_CATEGORY}","name":{encode_basestring(obj)},'
                 f'"id":{flow},"pid":{pid},"tid":{track},"ts":{us(t)}{bp}}}'
             )
 
@@ -336,15 +336,15 @@ def _flows(emit, flows: pd.DataFrame, span_track: tuple[np.ndarray, np.ndarray])
     span = flows["span_id"].to_numpy(np.int64)
     tid = flows["tid"].to_numpy(np.int64)
     track = remap_ints(span, *span_track, missing=tid)  # (span ids, their tracks)
-    cat = _json_texts(flows["obj"].str.slice(len(K.FLOW_OBJ)).to_numpy(object))
-    release = (flows["op"] == "release").to_numpy(bool)
+    cat = _json_texts(flows["obj"].str.slice(len(S.FLOW_OBJ_PREFIX)).to_numpy(object))
+    release = (flows["op"] == S.SyncOp.RELEASE).to_numpy(bool)
     texts = _join(
         pc.if_else(pa.array(release), '{"ph":"s","cat":', '{"ph":"f","cat":'), cat, ',"name":',
         cat, ',"id":', _ints(flows["seq"].to_numpy(np.int64)), ',"pid":',
         _ints(flows["pid"].to_numpy(np.int64)), ',"tid":', _ints(track), ',"ts":',
         _us_texts(flows["time"].to_numpy(np.int64)),
-        pc.if_else(pa.array(release), "", ',"bp":"e"'), f',"args":{{"{K.TRUE_TID}":', _ints(tid),
-        _opt(span != 0, f',"{K.SYNC_SPAN}":', _ints(span)), "}}",
+        pc.if_else(pa.array(release), "", ',"bp":"e"'), f',"args":{{"{S.TRUE_TID}":', _ints(tid),
+        _opt(span != 0, f',"{S.SYNC_SPAN}":', _ints(span)), "}}",
     ).to_pylist()  # fmt: skip
     for lo in range(0, len(texts), 8192):
         emit(",\n".join(texts[lo : lo + 8192]))

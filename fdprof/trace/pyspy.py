@@ -16,7 +16,7 @@ the same ``(pid, tid)``.
 
 The clock mapping (docs/probe.md "py-spy"): a sample at ``ts`` µs lies at monotonic
 ``started + ts·1000 - 1/rate`` and then on the run's timebase by the process's record-file
-offset (:func:`fdprof.probe.records.epoch_offsets`, the same as its spans).
+offset (:func:`fdprof.formats.records.epoch_offsets`, the same as its spans).
 
 - ``started``: the sampler's start; ``index.json`` brackets it between the monotonic clock read
   before ``Popen`` and when ``Popen`` returned (py-spy creates its clock right after exec), so

@@ -2,7 +2,7 @@
 
 Why: a run of hours writes 10^8 KV-block accesses per host-hour; reading its record files
 whole afterwards needs the whole trace in one process. The roller follows every record file
-of a run directory while the processes write it (:class:`fdprof.probe.tail.RecordTail`, off
+of a run directory while the processes write it (:class:`fdprof.formats.tail.RecordTail`, off
 the engine's hot path: the recorder stays as it is) and every ``roll_s`` seconds writes what
 it has finished as one window of the store (:mod:`fdprof.trace.store`): the spans that ended,
 their attributes and accesses, and the sync events. It holds only what is still open: spans
@@ -31,11 +31,10 @@ import pyarrow as pa
 
 from fdprof import semconv as S
 from fdprof.errors import FdprofError
-from fdprof.probe import records as R
-from fdprof.probe.run_manifest import MANIFEST, RECORD_NAME
-from fdprof.probe.tail import RecordTail
+from fdprof.formats import records as R
+from fdprof.formats.rundir import MANIFEST, RECORD_NAME
+from fdprof.formats.tail import RecordTail
 from fdprof.trace import attrs as A
-from fdprof.trace import conventions as C
 from fdprof.trace.assemble import assemble, on_epoch
 from fdprof.trace.attrs import AttrsBuilder
 from fdprof.trace.model import TEXT, Trace, frame
@@ -195,10 +194,10 @@ class Roller:
                 proc.late.append((sid, *item))
         elif kind == R.Kind.SYNC:
             sid, obj, op, seq, t = fields
-            if op not in (R.SyncOp.RELEASE, R.SyncOp.ACQUIRE):
+            if op not in (R.SyncCode.RELEASE, R.SyncCode.ACQUIRE):
                 raise FdprofError(f"{proc.tail.path}: a sync record's op is {op}")
             keyed = bool(R.sync_keyed(proc.version, np.array([flags]), np.array([seq]))[0])
-            what = "release" if op == R.SyncOp.RELEASE else "acquire"
+            what = R.SyncCode(op).op
             proc.syncs.append((what, self._text(proc, obj), seq, keyed, t, tid, _signed(sid)))
         elif kind == R.Kind.THREAD_NAME:
             proc.threads[tid] = self._text(proc, fields[0])
@@ -211,7 +210,7 @@ class Roller:
         if flags == R.CONTEXT_LINK:
             link = f"00-{bytes(trace_bytes).hex()}-{remote:016x}-01"
             if span is not None:
-                span.attrs.append((C.LINKS, A.STRS, [link], -1))
+                span.attrs.append((S.LINKS, A.STRS, [link], -1))
             return
         if span is not None:
             span.trace_id = bytes(trace_bytes).hex()
@@ -220,7 +219,7 @@ class Roller:
 
     def _clocks(self) -> list[_Process]:
         """The processes whose header is read, each with its clock offset: the reader's rule
-        (:func:`fdprof.probe.records.epoch_offsets`: one host's processes share one offset)
+        (:func:`fdprof.formats.records.epoch_offsets`: one host's processes share one offset)
         over those there at the first roll; a later one takes theirs if its anchor agrees."""
         procs = [p for p in self._procs.values() if p.header is not None]
         if self.clock == "host":

@@ -59,7 +59,7 @@ def main() -> int:
             p.set_int(step_sid, H.BATCH_TOKENS, len(requests))
             with p.span(H.EXECUTE_MODEL, step_sid) as sid:
                 p.set_int(sid, H.STEP_ID, step)
-                p.set_ints(sid, H.GPU_WRITE, list(range(len(requests))))
+                p.set_ints(sid, H.KV_GPU_WRITE, list(range(len(requests))))
                 time.sleep(args.step_ms / 1000)
         if token == 1:
             for sid in requests:
@@ -108,7 +108,7 @@ def hold_from_two_threads(pair: int) -> None:
 def write_block_0(p) -> None:
     p.name_thread("racer")
     with p.span(H.EXECUTE_MODEL) as sid:
-        p.set_ints(sid, H.GPU_WRITE, [0])
+        p.set_ints(sid, H.KV_GPU_WRITE, [0])
         time.sleep(0.001)
 
 

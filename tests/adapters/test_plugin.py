@@ -9,22 +9,22 @@ import sys
 
 import pytest
 
-from fdprof import probe
+from fdprof import probe, settings
 from fdprof import semconv as S
 from fdprof.adapters.vllm import process_role, register
-from fdprof.probe.run_manifest import write_run_manifest
+from fdprof.formats.rundir import write_run_manifest
 from fdprof.trace import load
 from tests.adapters.conftest import in_vllm
 
 
 def test_register_does_nothing_without_a_run_dir(monkeypatch):
-    monkeypatch.delenv(probe.RUN_DIR_ENV, raising=False)
+    monkeypatch.delenv(settings.RUN_DIR, raising=False)
     register()  # vLLM is not even installed in this environment: nothing is imported
     assert "vllm" not in sys.modules and not probe.get().enabled
 
 
 def test_register_never_raises_into_vllm(monkeypatch, tmp_path, capsys):
-    monkeypatch.setenv(probe.RUN_DIR_ENV, str(tmp_path))
+    monkeypatch.setenv(settings.RUN_DIR, str(tmp_path))
     register()  # no vLLM here: the adapter says so in one line and returns
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("fdprof: vLLM adapter not started")
@@ -45,10 +45,10 @@ def test_process_role_from_vllm_process_names(name, single, expected):
 
 
 def test_configure_from_env_records_into_the_run_dir(monkeypatch, tmp_path):
-    monkeypatch.delenv(probe.RUN_DIR_ENV, raising=False)
+    monkeypatch.delenv(settings.RUN_DIR, raising=False)
     assert not probe.configure_from_env(S.ROLE_WORKER).enabled
     run_dir = tmp_path / "made"
-    monkeypatch.setenv(probe.RUN_DIR_ENV, str(run_dir))
+    monkeypatch.setenv(settings.RUN_DIR, str(run_dir))
     p = probe.configure_from_env(S.ROLE_WORKER, dp_rank=1, tp_rank=2)
     try:
         with p.span(probe.name(S.EXECUTE_MODEL, S.CATEGORY_EXECUTE_MODEL)):
@@ -146,7 +146,7 @@ def test_a_failing_hook_is_counted_and_vllm_goes_on(tmp_path):
             def __getattr__(self, name):
                 raise RuntimeError("recorder broke")
 
-        api._current = BrokenProbe()
+        api.set_probe(BrokenProbe())
         pool = BlockPool(num_gpu_blocks=8, enable_caching=True, hash_block_size=32)
         blocks = pool.get_new_blocks(3)
         pool.free_blocks(b for b in blocks)  # a generator, as vLLM passes one

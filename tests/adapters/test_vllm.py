@@ -70,11 +70,11 @@ def test_offload_trace_has_steps_accesses_transfers_and_edges(vllm_runs):
     syncs = trace.syncs
     for obj in (S.QUEUE_BATCH, S.QUEUE_RESULT, S.QUEUE_SWAP, S.SIGNAL_SWAP_DONE, S.BLOCK_FREE_OBJ):
         mine = syncs[syncs["obj"] == obj]
-        released = set(mine.loc[mine["op"] == S.RELEASE, "seq"])
-        acquired = set(mine.loc[mine["op"] == S.ACQUIRE, "seq"])
+        released = set(mine.loc[mine["op"] == S.SyncOp.RELEASE, "seq"])
+        acquired = set(mine.loc[mine["op"] == S.SyncOp.ACQUIRE, "seq"])
         assert acquired and acquired <= released, obj
     jobs = set(attr_of(trace, S.SWAP_TASK_ID, swaps["span_id"]))
-    done = syncs[(syncs["obj"] == S.SIGNAL_SWAP_DONE) & (syncs["op"] == S.ACQUIRE)]
+    done = syncs[(syncs["obj"] == S.SIGNAL_SWAP_DONE) & (syncs["op"] == S.SyncOp.ACQUIRE)]
     assert jobs == set(done["seq"]), "every copy's completion is observed by the worker"
 
 
@@ -127,9 +127,9 @@ def test_every_vllm_process_records(vllm_runs):
     # the step ids cross the process boundary: each worker step acquires the engine's release
     syncs = trace.syncs
     batch = syncs[syncs["obj"] == S.QUEUE_BATCH]
-    assert set(batch.loc[batch["op"] == S.ACQUIRE, "pid"].map(role_of)) == {S.ROLE_WORKER}
-    assert set(batch.loc[batch["op"] == S.ACQUIRE, "seq"]) <= set(
-        batch.loc[batch["op"] == S.RELEASE, "seq"]
+    assert set(batch.loc[batch["op"] == S.SyncOp.ACQUIRE, "pid"].map(role_of)) == {S.ROLE_WORKER}
+    assert set(batch.loc[batch["op"] == S.SyncOp.ACQUIRE, "seq"]) <= set(
+        batch.loc[batch["op"] == S.SyncOp.RELEASE, "seq"]
     )
     hazards = fdprof("hazards", str(run.run_dir))
     assert hazards.returncode == 0, hazards.stdout + hazards.stderr

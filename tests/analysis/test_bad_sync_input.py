@@ -12,7 +12,7 @@ import os
 import pytest
 
 from fdprof.cli import main
-from fdprof.probe import records as R
+from fdprof.formats import records as R
 from fdprof.trace.otlp import attributes
 
 BAD = [
@@ -97,11 +97,11 @@ def test_an_otlp_int_value_that_is_no_integer_names_its_attribute(tmp_path):
 
 
 def test_a_native_sync_record_with_an_unknown_op_names_it(tmp_path):
-    from fdprof.probe.recorder import open_recorder
+    from fdprof.probe.sdk.recorder import open_recorder
 
     rec = open_recorder(tmp_path / f"worker-0-{os.getpid()}.rec", "worker", 0, 0)
     rec.sync(0, rec.intern("queue:swap"), 7, 1, 10, True)
     rec.close()
     rc, lines = _run(["hazards", str(tmp_path)])
     assert rc == 2 and len(lines) == 1 and "op is 7" in lines[0], lines
-    assert R.SyncOp.RELEASE == 1
+    assert R.SyncCode.RELEASE == 1

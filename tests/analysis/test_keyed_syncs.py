@@ -11,8 +11,8 @@ import pytest
 
 from fdprof import probe
 from fdprof.analysis.hazards import find_hazards
-from fdprof.probe import records as R
-from fdprof.probe.recorder import open_recorder
+from fdprof.formats import records as R
+from fdprof.probe.sdk.recorder import open_recorder
 from fdprof.trace import load, save
 
 from .builder import TraceBuilder
@@ -53,7 +53,7 @@ def _v1_file(path, syncs: list[tuple[int, int, int]]) -> None:
 
 
 def test_a_legacy_native_file_is_keyed_where_its_seq_is_not_minus_one(tmp_path):
-    ops = [(R.SyncOp.RELEASE, -1, 10), (R.SyncOp.RELEASE, 5, 11), (R.SyncOp.ACQUIRE, 5, 12)]
+    ops = [(R.SyncCode.RELEASE, -1, 10), (R.SyncCode.RELEASE, 5, 11), (R.SyncCode.ACQUIRE, 5, 12)]
     _v1_file(tmp_path / "worker-0-4242.rec", ops)
     trace = load(tmp_path)
     assert trace.syncs["keyed"].tolist() == [False, True, True]

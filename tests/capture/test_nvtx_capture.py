@@ -11,9 +11,8 @@ import threading
 
 import pytest
 
-from fdprof import probe
+from fdprof import probe, settings
 from fdprof.capture import nvtx as capture
-from fdprof.engine.process import child_environment
 from fdprof.errors import FdprofError
 from fdprof.trace.nvtx_capture import capture_files, read_file, read_nvtx_capture, sniff
 
@@ -25,7 +24,7 @@ QUEUE = probe.obj("queue:swap")
 
 def _instrumented(run_dir: str, role: str, count: int, how: str) -> None:
     p = probe.configure(probe.ProbeConfig(run_dir=run_dir, nvtx=True), role)
-    assert p._nvtx is not None
+    assert p.nvtx is not None
     for i in range(count):
         with p.span(EXEC if role == "worker" else SWAP) as sid:
             p.set_ints(sid, BLOCKS, [i])
@@ -41,7 +40,7 @@ def _instrumented(run_dir: str, role: str, count: int, how: str) -> None:
 
 
 def _run(run_dir, role: str, count: int, how: str, env: dict[str, str]) -> int:
-    with child_environment(env):
+    with settings.exported(env):
         proc = mp.get_context("spawn").Process(
             target=_instrumented, args=(str(run_dir), role, count, how)
         )
@@ -69,7 +68,7 @@ def test_capture_from_spawned_processes_joins_to_records(tmp_path, how):
     assert cats[spans.index[spans.name == "execute_model"]].eq("execute_model").all()
     assert (nv.spans.end == -1).sum() == 2  # the two spans that never ended
     # payload = span id: every NVTX range is a recorded span with the same name and pid
-    from fdprof.probe import records as R
+    from fdprof.formats import records as R
 
     for pid, role in ((worker, "worker"), (transfer, "transfer")):
         rec = tmp_path / f"{role}-0-{pid}.rec"
@@ -103,7 +102,7 @@ def test_trim_keeps_every_record(tmp_path):
 
 def _no_tool(out) -> None:
     p = probe.configure(probe.ProbeConfig(nvtx=True), "worker")
-    out.put(p._nvtx is None)
+    out.put(not p.enabled)
 
 
 def test_without_the_library_the_nvtx_sink_is_off():

@@ -1,4 +1,4 @@
-"""A real process serving every metric of ``fdprof.probe.metric_names`` through
+"""A real process serving every metric of ``fdprof.metric_names`` through
 ``prometheus_client``, with the probe's labels, for the Prometheus harness's own test.
 
     python metrics_server.py PORT SECONDS
@@ -15,7 +15,7 @@ import time
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
-from fdprof.probe import metric_names as M
+from fdprof import metric_names as M
 
 #: per-metric label values: the role that reports it and its own labels' values
 ROLES = {
@@ -33,7 +33,7 @@ ROLES = {
     M.TIME_PER_OUTPUT_TOKEN: ("engine", {}),
     M.RUN_ACTIVE: ("engine", {"run": ("out/run",)}),
     M.KV_MISMATCHES: ("worker", {"run": ("out/run",)}),
-    M.HAZARDS: ("engine", {"run": ("out/run",), "finding": M.HAZARD_FINDINGS}),
+    M.HAZARDS: ("engine", {"run": ("out/run",), "finding": tuple(M.Finding)}),
 }
 #: counts that stay at 0 in a correct run
 ZERO = (M.DROPPED_RECORDS, M.KV_MISMATCHES, M.HAZARDS)

@@ -17,7 +17,7 @@ import urllib.request
 import pytest
 
 from fdprof import dashboards
-from fdprof.probe import metric_names as M
+from fdprof import metric_names as M
 
 #: a hang guard, not a timing threshold
 STARTUP_S = 240

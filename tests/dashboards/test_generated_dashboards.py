@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from fdprof import dashboards
+from fdprof import metric_names as M
 from fdprof.dashboards import __main__ as cli
 from fdprof.dashboards import overview, traces
 from fdprof.dashboards.queries import queries, substitute
-from fdprof.probe import metric_names as M
 
 DIR = Path(__file__).resolve().parents[2] / "dashboards"
 ALL = {name: build() for name, build in dashboards.BUILDERS.items()}

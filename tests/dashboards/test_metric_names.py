@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from fdprof.probe import metric_names as M
+from fdprof import metric_names as M
 
 #: OTel unit → Prometheus suffix, for the units fdprof uses; ``{...}`` annotations add none
 UNIT_SUFFIX = {"s": "seconds", "ms": "milliseconds", "By": "bytes", "1": "", "": ""}

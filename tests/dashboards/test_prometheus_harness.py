@@ -11,8 +11,8 @@ from dataclasses import replace
 from pathlib import Path
 
 from fdprof import dashboards
+from fdprof import metric_names as M
 from fdprof.dashboards import __main__ as cli
-from fdprof.probe import metric_names as M
 
 SERVER = Path(__file__).with_name("metrics_server.py")
 

@@ -8,8 +8,8 @@ import pytest
 
 from fdprof.engine.config import EngineConfig
 from fdprof.engine.launcher import run_engine
+from fdprof.formats import records as R
 from fdprof.probe import ProbeConfig
-from fdprof.probe import records as R
 
 SHM = Path("/dev/shm")
 
@@ -45,7 +45,7 @@ def read_records(path: Path) -> list[tuple[int, tuple]]:
             value = strings[fields[-1]] if kind == R.Kind.ATTR_STR else fields[-1]
             fields = (fields[0], strings[fields[1]], value)
         elif kind == R.Kind.SYNC:
-            fields = (strings[fields[1]], R.SyncOp(fields[2]).name.lower(), fields[3])
+            fields = (strings[fields[1]], R.SyncCode(fields[2]).name.lower(), fields[3])
         out.append((kind, fields))
     return out
 

@@ -56,7 +56,7 @@ def test_launches_and_events_are_the_edges(lockless):
     swap_in = S.DEVICE_EVENT_PREFIX + S.engine_event(S.SWAP_IN_EVENT, 0, 0)
     assert {compute, swap_in} <= objs
     # stores waited on compute-done on the transfer's copy stream: an acquire on a device lane
-    waits = trace.syncs[(trace.syncs["obj"] == compute) & (trace.syncs["op"] == S.ACQUIRE)]
+    waits = trace.syncs[(trace.syncs["obj"] == compute) & (trace.syncs["op"] == S.SyncOp.ACQUIRE)]
     assert waits["lane"].astype(str).str.contains(S.DEVICE_LANE_PATTERN).any()
 
 

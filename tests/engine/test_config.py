@@ -42,3 +42,22 @@ def test_async_swap_in_is_for_the_lockless_engine_only():
     for lock in ("ipc", "ipc-per-thread"):
         with pytest.raises(FdprofError, match="--swap-in async needs --kv-lock none"):
             EngineConfig(kv_lock=lock, swap_in="async")
+
+
+def test_modes_given_as_strings_are_the_enums_and_run_json_keeps_the_strings():
+    """run.json and the CLI hand the modes over as strings: the config holds the enum members
+    (``cfg.kv_lock.locked``, ``cfg.fault is Fault.X``), and writes back the same strings."""
+    import json
+
+    from fdprof.semconv import Fault, LockMode, SwapIn
+
+    cfg = EngineConfig(kv_lock="ipc-per-thread", fault="ack-before-copy")
+    assert cfg.kv_lock is LockMode.IPC_PER_THREAD and cfg.locked
+    assert cfg.fault is Fault.ACK_BEFORE_COPY and cfg.swap_in is SwapIn.SYNC
+    written = json.loads(json.dumps(cfg.to_dict()))
+    assert (written["kv_lock"], written["fault"], written["swap_in"]) == (
+        "ipc-per-thread",
+        "ack-before-copy",
+        "sync",
+    )
+    assert EngineConfig(**written) == cfg

@@ -8,7 +8,7 @@ import pytest
 
 from fdprof import semconv as S
 from fdprof.engine.config import EngineConfig
-from fdprof.probe import records as R
+from fdprof.formats import records as R
 from tests.engine.conftest import manifest, read_records
 
 pytestmark = pytest.mark.slow

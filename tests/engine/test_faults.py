@@ -5,11 +5,12 @@ test machine, where steps run slower, still lands a write or read inside it."""
 
 import pytest
 
-from fdprof.engine.config import FAULTS, fault_settings
+from fdprof.engine.config import fault_settings
+from fdprof.semconv import Fault
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("fault", FAULTS)
+@pytest.mark.parametrize("fault", list(Fault))
 def test_fault_corrupts_blocks(engine_runs, fault):
     run = engine_runs.get(requests=32, fault=fault, seed=2, fault_delay_ms=400,
                           **fault_settings(fault))  # fmt: skip

@@ -15,9 +15,9 @@ import pytest
 from fdprof import probe
 from fdprof.analysis.hazards import find_hazards
 from fdprof.engine.ipc import KvLock, PerThreadKvLock, RunPaths
+from fdprof.formats import records as R
+from fdprof.formats.rundir import write_run_manifest
 from fdprof.probe import ProbeConfig
-from fdprof.probe import records as R
-from fdprof.probe.run_manifest import write_run_manifest
 from fdprof.trace import load
 
 
@@ -165,7 +165,7 @@ def test_each_hold_is_recorded_and_the_detector_sees_which_lock_excludes(tmp_pat
         if kind == R.Kind.STRING:
             strings[fields[0]] = fields[1]
         elif kind == R.Kind.SYNC and strings[fields[1]] == "lock:kv/dp0":
-            events.append((fields[4], R.SyncOp(fields[2]).name.lower(), tid))
+            events.append((fields[4], R.SyncCode(fields[2]).name.lower(), tid))
     ops = [(op, tid) for _, op, tid in sorted(events)]
     ta, tb = ops[0][1], ops[-1][1]
     assert ta != tb

@@ -10,7 +10,7 @@ import pytest
 
 from fdprof.analysis.predict import predict_races
 from fdprof.analysis.whatif import what_if_drop_lock
-from fdprof.engine.config import KV_LOCKS
+from fdprof.semconv import LockMode
 from fdprof.trace import load
 from tests.cli import fdprof
 
@@ -25,7 +25,7 @@ def _predict(run_dir, code: int):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("kv_lock", KV_LOCKS)
+@pytest.mark.parametrize("kv_lock", list(LockMode))
 def test_the_correct_protocol_predicts_no_race(engine_runs, kv_lock):
     shared = engine_runs.get(kv_lock=kv_lock, requests=18, seed=0)
     results, run_dir = shared.results, shared.run_dir

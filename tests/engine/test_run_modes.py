@@ -7,16 +7,16 @@ from collections import Counter
 import pytest
 
 from fdprof import semconv as S
-from fdprof.engine.config import KV_LOCKS
 from fdprof.engine.ipc import SEQ_STRIDE
-from fdprof.probe import records as R
+from fdprof.formats import records as R
+from fdprof.semconv import LockMode
 from tests.engine.conftest import read_records, run
 
 REQUESTS = 24
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("kv_lock", KV_LOCKS)
+@pytest.mark.parametrize("kv_lock", list(LockMode))
 def test_mode_swaps_both_ways_without_corruption(engine_runs, kv_lock):
     shared = engine_runs.get(kv_lock=kv_lock, requests=REQUESTS, seed=1)
     results, run_dir = shared.results, shared.run_dir

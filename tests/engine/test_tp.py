@@ -7,7 +7,7 @@ import pytest
 
 from fdprof.analysis.hazards import find_hazards
 from fdprof.engine.messages import TP_SEQ_STRIDE
-from fdprof.probe import records as R
+from fdprof.formats import records as R
 from fdprof.trace import load
 from tests.engine.conftest import manifest, read_records
 

@@ -19,7 +19,8 @@ import struct
 from collections.abc import Callable
 from pathlib import Path
 
-from fdprof.probe import records as R
+from fdprof.formats import records as R
+from fdprof.formats.rundir import RUN_FORMAT
 
 TRACES = Path(__file__).resolve().parents[2] / "traces"
 BASELINE = TRACES / "baseline"
@@ -135,7 +136,7 @@ def _run(root: Path, records: dict[str, bytes], manifest: dict | None = None) ->
         (run / name).write_bytes(data)
         procs.append({"pid": 100 + i, "role": "worker", "name": f"worker-{i}", "dp_rank": 0,
                       "record": name, "exitcode": 0})  # fmt: skip
-    doc = {"format": "fdprof-run/1", "status": "ok", "config": {}, "processes": procs,
+    doc = {"format": RUN_FORMAT, "status": "ok", "config": {}, "processes": procs,
            "results": {}, "error": None} | (manifest or {})  # fmt: skip
     (run / "run.json").write_text(json.dumps(doc))
     return run

@@ -35,7 +35,7 @@ from corpus import (
     case,
 )
 
-from fdprof.probe import records as R
+from fdprof.formats import records as R
 
 # -- JSON that is not JSON --------------------------------------------------------------------
 

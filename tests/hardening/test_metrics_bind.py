@@ -10,7 +10,7 @@ import pytest
 from fdprof.capture.plan import CapturePlan
 from fdprof.cli import build_parser
 from fdprof.cli._engine_options import capture_plan
-from fdprof.probe.otel_export import observers_for
+from fdprof.probe.sdk.otel_export import observers_for
 
 pytest.importorskip("prometheus_client")
 

@@ -19,8 +19,8 @@ from test_signals import fdprof as fdprof_process
 
 from fdprof import files, settings
 from fdprof.errors import FdprofError
-from fdprof.probe.recorder import open_recorder
-from fdprof.probe.run_manifest import write_run_manifest
+from fdprof.formats.rundir import write_run_manifest
+from fdprof.probe.sdk.recorder import open_recorder
 from tests.cli import fdprof
 
 

@@ -3,11 +3,11 @@ from __future__ import annotations
 import pytest
 from probe_records import IMPLS
 
-from fdprof.probe import recorder as pyrec
+from fdprof import settings
 
 
 @pytest.fixture(params=IMPLS)
 def impl(request, monkeypatch) -> str:
     """Run a test against both twins: the pure-Python recorder and the C extension."""
-    monkeypatch.setenv(pyrec.RECORDER_ENV, request.param)
+    monkeypatch.setenv(settings.RECORDER, request.param)
     return request.param

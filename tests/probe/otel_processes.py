@@ -31,7 +31,7 @@ def _engine(run_dir, to_transfer, to_worker, go) -> None:
             with p.span(H.LOCK_WAIT, step) as w:
                 p.set_str(w, H.LOCK_HOLDER, "worker")
             with p.span(H.ISSUE_SWAP_TASK, rsid) as issue:
-                p.set_str(issue, H.DIRECTION, "to_cpu")
+                p.set_str(issue, H.SWAP_DIRECTION, "to_cpu")
                 p.release(H.QUEUE_SWAP, r, issue)
                 to_transfer.put((r, p.traceparent(issue, trace_id_for("test", r))))
             to_worker.put(tp)
@@ -50,10 +50,10 @@ def _transfer(run_dir, inbox, go) -> None:
         p.acquire(H.QUEUE_SWAP, task)
         with p.span(H.SWAP) as sid:
             p.link_context(sid, tp)
-            p.set_str(sid, H.DIRECTION, "to_cpu")
-            p.set_int(sid, H.BLOCKS, 2)
-            p.set_ints(sid, H.GPU_READ, [task, task + 10])
-            p.set_ints(sid, H.CPU_WRITE, [task])
+            p.set_str(sid, H.SWAP_DIRECTION, "to_cpu")
+            p.set_int(sid, H.SWAP_BLOCKS, 2)
+            p.set_ints(sid, H.KV_GPU_READ, [task, task + 10])
+            p.set_ints(sid, H.KV_CPU_WRITE, [task])
     os._exit(0)  # leaves without closing: the records are already in the file
 
 
@@ -64,7 +64,7 @@ def _worker(run_dir, inbox, go) -> None:
         with p.span(H.EXECUTE_MODEL) as sid:
             p.link_context(sid, tp, link=True)
             p.set_int(sid, H.BATCH_SIZE, 3)
-            p.set_ints(sid, H.GPU_WRITE, [1, 2, 3])
+            p.set_ints(sid, H.KV_GPU_WRITE, [1, 2, 3])
     probe.shutdown()
 
 

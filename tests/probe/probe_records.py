@@ -4,15 +4,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from fdprof.probe import recorder as pyrec
-from fdprof.probe import records as R
+from fdprof.formats import records as R
+from fdprof.probe.sdk import recorder as pyrec
 
 IMPLS = ["python", "c"]
 
 
 def recorder_class(impl: str):
     if impl == "c":
-        from fdprof.probe._recorder import Recorder
+        from fdprof.probe.sdk._recorder import Recorder
 
         return Recorder
     return pyrec.Recorder

@@ -16,10 +16,9 @@ from fdprof import probe
 from fdprof import semconv as S
 from fdprof.analysis.hazards import find_hazards
 from fdprof.engine.device import CpuDevice
+from fdprof.formats import records as R
+from fdprof.formats.records import DEVICE_SPAN_BIT, PID_SHIFT
 from fdprof.probe import handles as H
-from fdprof.probe import records as R
-from fdprof.probe.device import DEVICE_SPAN_BIT
-from fdprof.probe.recorder import PID_SHIFT
 from fdprof.trace import load
 
 WRITE = probe.name("kernel_write", S.CATEGORY_DEVICE)
@@ -60,12 +59,12 @@ def _writer_and_reader(dev: CpuDevice, p, ordered: bool, same_stream: bool = Fal
     b = a if same_stream else dev.stream()
     e = dev.event()
     sid = a.launch(WRITE, time.sleep, 0.01)
-    p.set_ints(sid, H.GPU_WRITE, [5])
+    p.set_ints(sid, H.KV_GPU_WRITE, [5])
     if ordered:
         a.record(e)
         b.wait(e)
     sid = b.launch(READ, lambda: None)
-    p.set_ints(sid, H.GPU_READ, [5])
+    p.set_ints(sid, H.KV_GPU_READ, [5])
     return a, b
 
 
@@ -134,12 +133,12 @@ def test_the_host_reads_after_an_event_wait_and_not_otherwise(recorded, host_wai
     e = dev.event()
     block = torch.zeros(4)
     sid = s.launch(WRITE, block.fill_, 1)
-    p.set_ints(sid, H.GPU_WRITE, [7])
+    p.set_ints(sid, H.KV_GPU_WRITE, [7])
     s.record(e)
     if host_waits:
         e.synchronize()
     with p.span(HOST_READ) as host:
-        p.set_ints(host, H.GPU_READ, [7])
+        p.set_ints(host, H.KV_GPU_READ, [7])
     dev.synchronize()
     report = find_hazards(finish())
     assert len(report.races) == (0 if host_waits else 1)
@@ -150,12 +149,12 @@ def test_a_query_that_saw_completion_orders_the_host(recorded):
     s = dev.stream()
     e = dev.event()
     sid = s.launch(WRITE, lambda: None)
-    p.set_ints(sid, H.GPU_WRITE, [3])
+    p.set_ints(sid, H.KV_GPU_WRITE, [3])
     s.record(e)
     while not e.query():
         time.sleep(0.001)
     with p.span(HOST_READ) as host:
-        p.set_ints(host, H.GPU_READ, [3])
+        p.set_ints(host, H.KV_GPU_READ, [3])
     assert find_hazards(finish()).clean
 
 
@@ -163,12 +162,12 @@ def test_a_host_write_before_the_launch_is_ordered_before_the_work(recorded):
     p, dev, finish = recorded
     s = dev.stream()
     with p.span(HOST_READ) as host:
-        p.set_ints(host, H.CPU_WRITE, [2])
+        p.set_ints(host, H.KV_CPU_WRITE, [2])
     sid = s.launch(READ, lambda: None)
-    p.set_ints(sid, H.CPU_READ, [2])
+    p.set_ints(sid, H.KV_CPU_READ, [2])
     # written after the launch: not ordered with the work, whatever the timing
     with p.span(HOST_READ) as late:
-        p.set_ints(late, H.CPU_WRITE, [2])
+        p.set_ints(late, H.KV_CPU_WRITE, [2])
     s.synchronize()
     races = find_hazards(finish()).races
     assert len(races) == 1 and {races["span_a"].iat[0], races["span_b"].iat[0]} == {sid, late}
@@ -199,11 +198,11 @@ def test_nvtx_ranges_of_device_work_carry_the_span_id(tmp_path):
     so a capture joins back to the recorded span and its lane."""
     import multiprocessing as mp
 
+    from fdprof import settings
     from fdprof.capture import nvtx as capture
-    from fdprof.engine.process import child_environment
     from fdprof.trace.nvtx_capture import read_nvtx_capture
 
-    with child_environment(capture.injection_env(tmp_path)):
+    with settings.exported(capture.injection_env(tmp_path)):
         proc = mp.get_context("spawn").Process(target=_device_work_under_nvtx,
                                                args=(str(tmp_path),))  # fmt: skip
         proc.start()
@@ -238,7 +237,7 @@ def test_a_lock_around_the_launch_does_not_cover_the_kernel(recorded, sync_befor
             p.acquire(lock_obj)
             with p.span(H.EXECUTE_MODEL) as host:
                 ids["kernel"] = compute.launch(WRITE, time.sleep, 0.05, parent=host)
-                p.set_ints(ids["kernel"], H.GPU_WRITE, [5])
+                p.set_ints(ids["kernel"], H.KV_GPU_WRITE, [5])
             if sync_before_unlock:
                 compute.synchronize()
             p.release(lock_obj)
@@ -249,7 +248,7 @@ def test_a_lock_around_the_launch_does_not_cover_the_kernel(recorded, sync_befor
         with lock:
             p.acquire(lock_obj)
             with p.span(H.SWAP) as sid:
-                p.set_ints(sid, H.GPU_READ, [5])
+                p.set_ints(sid, H.KV_GPU_READ, [5])
                 ids["swap"] = sid
             p.release(lock_obj)
 

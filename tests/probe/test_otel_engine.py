@@ -10,9 +10,10 @@ from engine_runs import fdprof_run
 from otlp_receiver import Receiver, attrs, canonical
 
 from fdprof.analysis.hazards import find_hazards
-from fdprof.probe.otel_export import STATS_FILE
+from fdprof.probe.sdk.otel_export import STATS_FILE
+from fdprof.probe.sdk.otel_replay import replay
 from fdprof.trace import load
-from fdprof.trace.export import export
+from fdprof.trace.export import OtelView
 
 pytestmark = pytest.mark.slow
 
@@ -28,7 +29,7 @@ def test_engine_spans_and_metrics_reach_a_real_receiver(tmp_path, monkeypatch):
         mismatches = rx.last_values("fd.kv.mismatches")
         active = rx.last_values("fd.run.active")
     with Receiver() as rx:  # the replay of the run's records sends the very same spans
-        export(load(tmp_path / "run"), rx.endpoint)
+        replay(OtelView(load(tmp_path / "run")), rx.endpoint)
         assert canonical(rx.scoped_spans()) == live
     assert results["swaps"]["to_cpu"] > 0
     manifest = json.loads((tmp_path / "run" / "run.json").read_text())

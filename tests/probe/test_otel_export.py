@@ -15,7 +15,7 @@ from schemas import validate
 
 from fdprof import probe
 from fdprof import settings as env
-from fdprof.probe.otel_export import OtelExportObserver, observers_for
+from fdprof.probe.sdk.otel_export import OtelExportObserver, observers_for
 from tests.cli import fdprof
 
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 from opentelemetry.sdk.trace import ReadableSpan
 
+from fdprof import metric_names as M
 from fdprof import semconv as S
-from fdprof.probe import metric_names as M
-from fdprof.probe.otel_metrics import observations
+from fdprof.probe.sdk.otel_metrics import observations
 
 LABELS = {"kv_lock": "none", "dp_rank": "0", "role": "engine", "run": "out/run"}
 T0 = 1_700_000_000_000_000_000  # an epoch time, as the live export's spans carry

@@ -15,11 +15,12 @@ from otlp_receiver import Receiver, attrs, canonical
 from fdprof import probe
 from fdprof import semconv as S
 from fdprof.errors import FdprofError
-from fdprof.probe import records as R
-from fdprof.probe.otel_export import observers_for
-from fdprof.probe.run_manifest import write_run_manifest
+from fdprof.formats import records as R
+from fdprof.formats.rundir import write_run_manifest
+from fdprof.probe.sdk.otel_export import observers_for
+from fdprof.probe.sdk.otel_replay import replay
 from fdprof.trace import load, otlp
-from fdprof.trace.export import export
+from fdprof.trace.export import OtelView
 
 CONFIG = {"kv_lock": "ipc", "workload": "prefix-swap"}
 RESOURCE = {S.KV_LOCK: CONFIG["kv_lock"], S.WORKLOAD: CONFIG["workload"]}
@@ -43,7 +44,7 @@ def live_run(tmp_path_factory):
 
 def _replayed(trace) -> list:
     with Receiver() as rx:
-        done = export(trace, rx.endpoint)
+        done = replay(OtelView(trace), rx.endpoint)
         received = rx.scoped_spans()
     assert done.delivered == done.spans == len(received)
     return received
@@ -177,5 +178,5 @@ def test_a_foreign_otlp_file_keeps_its_services_kinds_and_scopes(tmp_path):
 def test_nothing_listening_is_one_line_with_the_count(live_run):
     run_dir, _ = live_run
     with pytest.raises(FdprofError, match=rf"{SPANS} of {SPANS} spans not delivered") as info:
-        export(load(run_dir), "http://127.0.0.1:9", timeout=1)
+        replay(OtelView(load(run_dir)), "http://127.0.0.1:9", timeout=1)
     assert "\n" not in str(info.value)

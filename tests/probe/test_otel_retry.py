@@ -15,9 +15,10 @@ from otlp_receiver import Receiver
 
 from fdprof import probe
 from fdprof.errors import FdprofError
-from fdprof.probe.otel_export import observers_for
+from fdprof.probe.sdk.otel_export import observers_for
+from fdprof.probe.sdk.otel_replay import replay
 from fdprof.trace import load
-from fdprof.trace.export import export
+from fdprof.trace.export import OtelView
 
 
 @pytest.fixture
@@ -43,7 +44,7 @@ def test_429_502_503_504_are_retried_with_backoff_and_retry_after(small_trace):
     refusals = [(429, {"Retry-After": "1"}), (502, {}), (503, {"Retry-After": "0"}),
                 (504, {"Retry-After": "0"})]  # fmt: skip
     with Receiver(refusals=refusals) as rx:
-        done = export(small_trace, rx.endpoint)
+        done = replay(OtelView(small_trace), rx.endpoint)
         assert [status for _, status in rx.refused] == [429, 502, 503, 504]
         assert done.delivered == len(rx.spans()) == 3
         times = [t for t, _ in rx.refused] + rx.accepted_at
@@ -55,7 +56,7 @@ def test_429_502_503_504_are_retried_with_backoff_and_retry_after(small_trace):
 def test_other_refusals_are_not_retried_and_name_the_count(small_trace):
     with Receiver(refusals=[(400, {})]) as rx:
         with pytest.raises(FdprofError, match=r"3 of 3 spans not delivered \(.*400") as info:
-            export(small_trace, rx.endpoint)
+            replay(OtelView(small_trace), rx.endpoint)
         assert len(rx.refused) == 1 and not rx.spans()
     assert "\n" not in str(info.value)
 
@@ -73,7 +74,7 @@ def test_the_batch_in_flight_at_shutdown_counts_as_dropped(tmp_path, monkeypatch
         scraper = Scraper(obs.prometheus.port)
         scraper.start()
         stopped = threading.Thread(target=obs.stop, daemon=True)
-        with caplog.at_level(logging.WARNING, logger="fdprof.probe.otel_export"):
+        with caplog.at_level(logging.WARNING, logger="fdprof.probe.sdk.otel_export"):
             stopped.start()
             stopped.join(60)
         assert not stopped.is_alive()

@@ -9,7 +9,7 @@ import socket
 import pytest
 from engine_runs import fdprof_run
 
-from fdprof.probe.otel_export import STATS_FILE
+from fdprof.probe.sdk.otel_export import STATS_FILE
 
 pytestmark = pytest.mark.slow
 

@@ -13,8 +13,8 @@ from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode, TraceFlags
 from opentelemetry.trace.span import TraceState
 
-from fdprof.probe import otlp_wire
-from fdprof.probe.otel_sink import ProcessResource
+from fdprof.probe.sdk import otlp_wire
+from fdprof.probe.sdk.otel_sink import ProcessResource
 
 SAMPLED = TraceFlags(TraceFlags.SAMPLED)
 VALUES = [

@@ -11,9 +11,9 @@ import threading
 import pytest
 from probe_records import IMPLS, decode, recorder_class, spans_of
 
-from fdprof.probe import records as R
+from fdprof.formats import records as R
 from fdprof.probe.api import key, name, obj
-from fdprof.probe.recorder import CHUNK, MAX_PAYLOAD, open_recorder
+from fdprof.probe.sdk.recorder import CHUNK, MAX_PAYLOAD, open_recorder
 
 
 def write_fixed_sequence(rec) -> None:
@@ -26,7 +26,7 @@ def write_fixed_sequence(rec) -> None:
     rec.attr_float(7, rec.intern("ratio"), 0.25)
     rec.attr_str(7, rec.intern("swap.direction"), "to_cpu")
     rec.attr_ints(7, k, [1, 2, 3, 2**31 - 1])
-    rec.sync(7, rec.intern("queue:swap"), R.SyncOp.RELEASE, 42, 1500, True)
+    rec.sync(7, rec.intern("queue:swap"), R.SyncCode.RELEASE, 42, 1500, True)
     rec.context(7, bytes(range(16)), 99, True)
     rec.span_end(7, 2000)
 
@@ -53,7 +53,7 @@ def test_fixed_sequence_decodes(tmp_path, impl):
     assert header.role == "transfer"
     assert {r[2] for r in recs} == {threading.get_native_id()}
     sync = next(f for k, _, _, f in recs if k == R.Kind.SYNC)
-    assert sync[2:] == (R.SyncOp.RELEASE, 42, 1500)
+    assert sync[2:] == (R.SyncCode.RELEASE, 42, 1500)
     ctx = next((fl, f) for k, fl, _, f in recs if k == R.Kind.CONTEXT)
     assert ctx == (R.CONTEXT_LINK, (7, bytes(range(16)), 99))
     span = spans_of(tmp_path / "x.rec")[7]
@@ -88,8 +88,8 @@ def test_handle_methods_and_span_ids(tmp_path, impl):
     _, recs = decode(tmp_path / "h.rec")
     syncs = [f for k, _, _, f in recs if k == R.Kind.SYNC]
     assert [(s[0], s[2], s[3]) for s in syncs] == [
-        (sid, R.SyncOp.RELEASE, 3),
-        (0, R.SyncOp.ACQUIRE, R.NO_SEQ),
+        (sid, R.SyncCode.RELEASE, 3),
+        (0, R.SyncCode.ACQUIRE, R.NO_SEQ),
     ]
     names = [f[1] for k, _, _, f in recs if k == R.Kind.STRING]
     assert names.count("swap") == 1  # interned once

@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fdprof.probe import records as R
+from fdprof.formats import records as R
 from fdprof.probe.api import key, name
-from fdprof.probe.recorder import open_recorder
+from fdprof.probe.sdk.recorder import open_recorder
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,7 @@ import pytest
 from fdprof import probe
 from fdprof import settings as env
 from fdprof.errors import FdprofError
-from fdprof.probe.otel_export import observers_for
+from fdprof.probe.sdk.otel_export import observers_for
 
 
 def test_endpoints_follow_the_specification():
@@ -81,6 +81,9 @@ def test_fdprof_settings():
     assert not env.python_recorder({"FDPROF_RECORDER": "c"}) and not env.python_recorder({})
     assert env.otlp_asked({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318"})
     assert not env.otlp_asked({"OTEL_SERVICE_NAME": "x", "OTEL_EXPORTER_OTLP_HEADERS": " "})
+    assert env.python_kernels({"FDPROF_KERNELS": "python"}) and not env.python_kernels({})
+    assert env.dask_scheduler({"DASK_SCHEDULER_ADDRESS": " tcp://s:8786 "}) == "tcp://s:8786"
+    assert env.dask_scheduler({"DASK_SCHEDULER_ADDRESS": " "}) is None
 
 
 def test_observers_from_the_environment(monkeypatch):

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import multiprocessing as mp
 
-from fdprof.probe import records as R
+from fdprof.formats import records as R
+from fdprof.formats.tail import RecordTail
 from fdprof.probe.api import key, name
-from fdprof.probe.recorder import CHUNK, open_recorder
-from fdprof.probe.tail import RecordTail
+from fdprof.probe.sdk.recorder import CHUNK, open_recorder
 
 
 def _write(path: str, impl: str, count: int, ready) -> None:

@@ -11,23 +11,24 @@ from pathlib import Path
 import pytest
 
 from fdprof import probe
-
-# the engine's span vocabulary (fdprof/engine/instrument.py), plus two keys only these tests use
-from fdprof.engine.instrument import BATCH_SIZE as K_SIZE
-from fdprof.engine.instrument import BLOCKS as K_BLOCKS
-from fdprof.engine.instrument import CPU_WRITE as K_CPU_WRITE
-from fdprof.engine.instrument import DIRECTION as K_DIR
-from fdprof.engine.instrument import EXECUTE_MODEL as EXECUTE
-from fdprof.engine.instrument import GPU_READ as K_GPU_READ
-from fdprof.engine.instrument import GPU_WRITE as K_GPU_WRITE
-from fdprof.engine.instrument import ISSUE_SWAP_TASK as ISSUE
-from fdprof.engine.instrument import QUEUE_BATCH as Q_BATCH
-from fdprof.engine.instrument import QUEUE_SWAP as Q_SWAP
-from fdprof.engine.instrument import SIGNAL_SWAP_DONE as SIG_DONE
-from fdprof.engine.instrument import STEP, SWAP
-from fdprof.engine.instrument import STEP_ID as K_STEP
-from fdprof.engine.instrument import TASK_ID as K_TASK
+from fdprof.formats.rundir import RUN_FORMAT
 from fdprof.probe.config import ProbeConfig
+
+# the probe handles of the vocabulary (fdprof/probe/handles.py), plus two keys only these tests use
+from fdprof.probe.handles import BATCH_SIZE as K_SIZE
+from fdprof.probe.handles import EXECUTE_MODEL as EXECUTE
+from fdprof.probe.handles import ISSUE_SWAP_TASK as ISSUE
+from fdprof.probe.handles import KV_CPU_WRITE as K_CPU_WRITE
+from fdprof.probe.handles import KV_GPU_READ as K_GPU_READ
+from fdprof.probe.handles import KV_GPU_WRITE as K_GPU_WRITE
+from fdprof.probe.handles import QUEUE_BATCH as Q_BATCH
+from fdprof.probe.handles import QUEUE_SWAP as Q_SWAP
+from fdprof.probe.handles import SIGNAL_SWAP_DONE as SIG_DONE
+from fdprof.probe.handles import STEP, SWAP
+from fdprof.probe.handles import STEP_ID as K_STEP
+from fdprof.probe.handles import SWAP_BLOCKS as K_BLOCKS
+from fdprof.probe.handles import SWAP_DIRECTION as K_DIR
+from fdprof.probe.handles import SWAP_TASK_ID as K_TASK
 
 K_LAYERS = probe.key("kv.layers")
 K_RATIO = probe.key("batch.ratio")
@@ -99,7 +100,7 @@ def write_manifest(run_dir: Path, procs: list[tuple[mp.Process, str]], status: s
             }
         )
     manifest = {
-        "format": "fdprof-run/1",
+        "format": RUN_FORMAT,
         "config": {"kv_lock": "none", "seed": 0},
         "status": status,
         "processes": processes,

@@ -13,7 +13,7 @@ import pytest
 from fdprof import probe
 from fdprof.cli import main
 from fdprof.errors import FdprofError
-from fdprof.probe.recorder import open_recorder
+from fdprof.probe.sdk.recorder import open_recorder
 from fdprof.trace import load
 from fdprof.trace.attrs import INT, INTS, JSON, STRS, Attrs, AttrsBuilder, kind_of, typed
 from fdprof.trace.model import Trace

@@ -6,10 +6,10 @@ import pytest
 
 from fdprof import probe
 from fdprof.errors import FdprofError
-from fdprof.probe import records as R
-from fdprof.probe.recorder import open_recorder
+from fdprof.formats import records as R
+from fdprof.formats.rundir import RUN_FORMAT
+from fdprof.probe.sdk.recorder import open_recorder
 from fdprof.trace import load
-from fdprof.trace.native import RUN_FORMAT
 
 
 def test_reads_every_process_of_a_run(engine_run):

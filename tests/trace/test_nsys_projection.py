@@ -101,8 +101,8 @@ def test_the_real_exports_host_waits_are_edges():
     trace = load(FUSER)
     epoch = session_start(FUSER)
     syncs = trace.syncs[trace.syncs["obj"].str.startswith(S.CUDA_SYNC_PREFIX)]
-    rel = syncs[syncs["op"] == S.RELEASE].set_index("seq")
-    acq = syncs[syncs["op"] == S.ACQUIRE].set_index("seq")
+    rel = syncs[syncs["op"] == S.SyncOp.RELEASE].set_index("seq")
+    acq = syncs[syncs["op"] == S.SyncOp.ACQUIRE].set_index("seq")
     # two cudaStreamSynchronize (214, 1886) after a memcpy each, one cudaDeviceSynchronize
     assert sorted(rel.index) == sorted(acq.index) == [214, 1886, 2213]
     assert rel.loc[214, "time"] == epoch + 7498288041  # memcpy 213 ended
@@ -203,17 +203,17 @@ def _locked_run(run_dir) -> dict[str, int]:
         with lock:
             p.acquire(lock_obj)
             with p.span(H.EXECUTE_MODEL) as sid:
-                p.set_ints(sid, H.GPU_WRITE, [5])
+                p.set_ints(sid, H.KV_GPU_WRITE, [5])
                 ids["host"] = sid
                 ids["device"] = stream.launch(probe.name("copy", "device"), lambda: None)
-                p.set_ints(ids["device"], H.CPU_WRITE, [9])
+                p.set_ints(ids["device"], H.KV_CPU_WRITE, [9])
             p.release(lock_obj)
 
     def transfer():
         with lock:
             p.acquire(lock_obj)
             with p.span(H.SWAP) as sid:
-                p.set_ints(sid, H.GPU_READ, [5])
+                p.set_ints(sid, H.KV_GPU_READ, [5])
                 ids["reader"] = sid
             p.release(lock_obj)
 

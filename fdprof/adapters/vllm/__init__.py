@@ -52,10 +52,10 @@ def process_role(name: str, single_process: bool) -> tuple[str, int, int]:
 def _start(run_dir: str) -> None:
     import vllm
 
-    from fdprof import probe
     from fdprof.adapters.vllm import hooks, targets
+    from fdprof.probe import sdk
 
-    single = os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING", "1") == "0"
+    single = settings.vllm_single_process()
     role, dp_rank, tp_rank = process_role(multiprocessing.current_process().name, single)
     is_main = multiprocessing.parent_process() is None
     if is_main and settings.vllm_main_pid() not in (None, os.getpid()):
@@ -63,7 +63,7 @@ def _start(run_dir: str) -> None:
         # a cold cache): neither another frontend nor the owner of run.json
         return
     if is_main:
-        os.environ[settings.VLLM_MAIN_PID] = str(os.getpid())
+        settings.export(settings.VLLM_MAIN_PID, str(os.getpid()))
     version = getattr(vllm, "__version__", "?")
     missing = targets.problems(targets.runtime_facts())
     if missing:
@@ -72,12 +72,11 @@ def _start(run_dir: str) -> None:
                      f"{targets.first_problem(missing)}; this run is not recorded")  # fmt: skip
             print(f"fdprof: {error}", file=sys.stderr)
             os.makedirs(run_dir, exist_ok=True)
-            from fdprof.probe.run_manifest import write_run_manifest
+            from fdprof.formats.rundir import write_run_manifest
 
             write_run_manifest(run_dir, status="failed", error=error, processes=[])
         return
-    probe.configure_from_env(role, dp_rank, tp_rank)
-    probe.get().name_thread(f"vllm-{role}")
+    sdk.configure_from_env(role, dp_rank, tp_rank).name_thread(f"vllm-{role}")
     if role == S.ROLE_ENGINE:
         hooks.EngineCoreRecorder().install()
     if role == S.ROLE_WORKER or single:
@@ -150,7 +149,7 @@ class _MainRun:
 
     def finish(self) -> None:
         from fdprof.adapters.vllm.hooks import ERRORS
-        from fdprof.probe.run_manifest import processes_from_records, write_run_manifest
+        from fdprof.formats.rundir import processes_from_records, write_run_manifest
 
         try:
             self._frontend.close()

@@ -347,8 +347,8 @@ class WorkerRecorder:
         p.set_int(sid, H.STEP_ID, step)
         p.set_int(sid, H.BATCH_SIZE, len(out.num_scheduled_tokens))
         p.set_int(sid, H.BATCH_TOKENS, out.total_num_scheduled_tokens)
-        p.set_ints(sid, H.GPU_READ, sorted(reads))
-        p.set_ints(sid, H.GPU_WRITE, sorted(writes))
+        p.set_ints(sid, H.KV_GPU_READ, sorted(reads))
+        p.set_ints(sid, H.KV_GPU_WRITE, sorted(writes))
 
     def _init_offload_worker(self, original):
         def init_worker(connector_worker, *args, **kwargs):
@@ -370,9 +370,9 @@ def instrument_offloading_worker(worker: Any) -> None:
             with ERRORS.guard("OffloadingWorker.submit"):
                 sid = p.begin(H.ISSUE_SWAP_TASK)
                 p.set_str(sid, H.ROLE, S.ROLE_WORKER)
-                p.set_int(sid, H.TASK_ID, job_id)
-                p.set_str(sid, H.DIRECTION, direction)
-                p.set_int(sid, H.BLOCKS, len(src_spec.block_ids))
+                p.set_int(sid, H.SWAP_TASK_ID, job_id)
+                p.set_str(sid, H.SWAP_DIRECTION, direction)
+                p.set_int(sid, H.SWAP_BLOCKS, len(src_spec.block_ids))
                 p.release(H.QUEUE_SWAP, job_id, sid)
             try:
                 return original(job_id, src_spec, dst_spec, *args, **kwargs)

@@ -34,6 +34,7 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
+from enum import StrEnum
 
 import numpy as np
 import torch
@@ -51,7 +52,14 @@ from fdprof import probe
 from fdprof import semconv as S
 from fdprof.probe import handles as H
 
-STORE_MODES = ("async", "sync")
+
+class StoreMode(StrEnum):
+    """How the spec's stores run: on its background copy thread, or inside ``submit_*``."""
+
+    ASYNC = "async"
+    SYNC = "sync"
+
+
 #: the seeded fault (module doc)
 STORE_BEFORE_COMPUTE = "store-before-compute"
 FAULTS = (STORE_BEFORE_COMPUTE,)
@@ -80,7 +88,7 @@ class HostCopyWorker(OffloadingWorker):
             torch.zeros((num_blocks, t.tensor.shape[1]), dtype=t.tensor.dtype)
             for t in kv_caches.tensors
         ]
-        self._sync = store_mode == "sync"
+        self._sync = store_mode == StoreMode.SYNC
         self._pending: deque[_Job] = deque()
         self._by_id: dict[int, _Job] = {}
         self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
@@ -130,19 +138,19 @@ class HostCopyWorker(OffloadingWorker):
         t0 = time.perf_counter()
         with p.span(H.SWAP) as sid:
             p.set_str(sid, H.ROLE, S.ROLE_TRANSFER)
-            p.set_int(sid, H.TASK_ID, job.job_id)
-            p.set_str(sid, H.DIRECTION, job.direction)
-            p.set_int(sid, H.BLOCKS, len(job.gpu_blocks))
+            p.set_int(sid, H.SWAP_TASK_ID, job.job_id)
+            p.set_str(sid, H.SWAP_DIRECTION, job.direction)
+            p.set_int(sid, H.SWAP_BLOCKS, len(job.gpu_blocks))
             gpu = torch.from_numpy(job.gpu_blocks.astype(np.int64))
             cpu = torch.from_numpy(job.cpu_blocks.astype(np.int64))
             if job.direction == S.TO_CPU:
-                p.set_ints(sid, H.GPU_READ, job.gpu_blocks.tolist())
-                p.set_ints(sid, H.CPU_WRITE, job.cpu_blocks.tolist())
+                p.set_ints(sid, H.KV_GPU_READ, job.gpu_blocks.tolist())
+                p.set_ints(sid, H.KV_CPU_WRITE, job.cpu_blocks.tolist())
                 for dev, host in zip(self._device, self._host, strict=True):
                     host.index_copy_(0, cpu, dev.index_select(0, gpu))
             else:
-                p.set_ints(sid, H.CPU_READ, job.cpu_blocks.tolist())
-                p.set_ints(sid, H.GPU_WRITE, job.gpu_blocks.tolist())
+                p.set_ints(sid, H.KV_CPU_READ, job.cpu_blocks.tolist())
+                p.set_ints(sid, H.KV_GPU_WRITE, job.gpu_blocks.tolist())
                 for dev, host in zip(self._device, self._host, strict=True):
                     dev.index_copy_(0, gpu, host.index_select(0, cpu))
         # after the span: what the span did is before the release (the detector's epochs)
@@ -179,9 +187,10 @@ class ThreadedCPUOffloadingSpec(CPUOffloadingSpec):
 
     def __init__(self, config) -> None:
         super().__init__(config)
-        self.store_mode = self.extra_config.get("store_mode", "async")
-        if self.store_mode not in STORE_MODES:
-            raise ValueError(f"store_mode must be one of {STORE_MODES}, not {self.store_mode!r}")
+        self.store_mode = self.extra_config.get("store_mode", StoreMode.ASYNC)
+        if self.store_mode not in tuple(StoreMode):
+            modes = ", ".join(StoreMode)
+            raise ValueError(f"store_mode must be one of {modes}, not {self.store_mode!r}")
         fault = self.extra_config.get("fault")
         if fault is not None and fault not in FAULTS:
             raise ValueError(f"fault must be one of {FAULTS}, not {fault!r}")

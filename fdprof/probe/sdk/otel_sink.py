@@ -30,7 +30,7 @@ from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
 from fdprof import semconv as S
-from fdprof.probe.otel_spans import DEFAULT_SERVICE, SpanData
+from fdprof.formats.otel import DEFAULT_SERVICE, SpanData
 from fdprof.settings import OtelSettings, OtlpSignal
 
 log = logging.getLogger(__name__)
@@ -120,15 +120,15 @@ def _options(signal: OtlpSignal) -> dict:
 
 
 def span_exporter(signal: OtlpSignal) -> SpanExporter:
-    """The SDK's OTLP/HTTP span exporter, encoding with :mod:`fdprof.probe.otlp_wire`."""
+    """The SDK's OTLP/HTTP span exporter, encoding with :mod:`fdprof.probe.sdk.otlp_wire`."""
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
-    from fdprof.probe import otlp_wire
+    from fdprof.probe.sdk import otlp_wire
 
     class Exporter(OTLPSpanExporter):
         """``OTLPSpanExporter`` as it is (endpoint, headers, TLS, compression, timeout, the
         retries with backoff and ``Retry-After``), but for the encoding of a batch: the same
-        message, written by :func:`fdprof.probe.otlp_wire.encode` in a third of the time. The
+        message, written by :func:`fdprof.probe.sdk.otlp_wire.encode` in a third of the time. The
         SDK's HTTP client does the sending (``_client``: tests pin what it does)."""
 
         def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:

@@ -3,8 +3,8 @@ process's record file and exports spans (OTLP/HTTP protobuf) and metrics (OTLP a
 Prometheus scrape endpoint). The engine's hot path never touches OpenTelemetry, and a
 process that crashes loses nothing it recorded.
 
-Spans are built by :mod:`fdprof.probe.otel_spans` (the rules the replay follows too) and sent
-through the SDK's batch processor and OTLP exporter (:mod:`fdprof.probe.otel_sink`); settings
+Spans are built by :mod:`fdprof.probe.sdk.otel_spans` (the rules the replay follows too) and sent
+through the SDK's batch processor and OTLP exporter (:mod:`fdprof.probe.sdk.otel_sink`); settings
 come from :mod:`fdprof.settings` (``--otlp-endpoint`` over the ``OTEL_EXPORTER_OTLP_*``
 variables; ``OTEL_SDK_DISABLED=true`` turns OTLP off; ``--metrics-port`` serves Prometheus).
 
@@ -30,13 +30,15 @@ from opentelemetry.sdk.trace.export import SpanExporter
 from opentelemetry.trace import SpanContext
 
 from fdprof import files, interrupts
+from fdprof import metric_names as M
 from fdprof import semconv as S
 from fdprof import settings as env
-from fdprof.probe import metric_names as M
-from fdprof.probe import records as R
+from fdprof.formats import records as R
+from fdprof.formats.otel import UNKNOWN, SpanData, process_resource
+from fdprof.formats.tail import RecordTail
 from fdprof.probe.config import ProbeConfig
-from fdprof.probe.otel_metrics import OtelMetrics, Overlap, PromMetrics, observations
-from fdprof.probe.otel_sink import (
+from fdprof.probe.sdk.otel_metrics import OtelMetrics, Overlap, PromMetrics, observations
+from fdprof.probe.sdk.otel_sink import (
     Delivery,
     ExportLog,
     SpanSink,
@@ -45,8 +47,7 @@ from fdprof.probe.otel_sink import (
     sdk_resource,
     span_exporter,
 )
-from fdprof.probe.otel_spans import UNKNOWN, SpanBuilder, SpanData, process_resource
-from fdprof.probe.tail import RecordTail
+from fdprof.probe.sdk.otel_spans import SpanBuilder
 from fdprof.settings import OtelSettings
 
 log = logging.getLogger(__name__)
@@ -59,7 +60,7 @@ HEADER_WAIT_S = 5.0
 
 
 #: the run's safety check at its end: run directory → count per ``finding``
-#: (:data:`fdprof.probe.metric_names.HAZARD_FINDINGS`)
+#: (:class:`fdprof.metric_names.Finding`)
 RunCheck = Callable[[Path], dict[str, int]]
 
 
@@ -198,7 +199,7 @@ class OtelExportObserver:
                 log.warning("the run's race check for its metrics failed: %s", exc)
             else:
                 obs += [(M.HAZARDS, float(counts.get(finding, 0)), {**owner.labels,
-                         "finding": finding}) for finding in M.HAZARD_FINDINGS]  # fmt: skip
+                         "finding": finding}) for finding in M.Finding]  # fmt: skip
         self._record(owner, obs)
 
     # -- tailing --

@@ -9,6 +9,7 @@ test against a real Prometheus breaks, as it should.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import StrEnum
 
 from fdprof import semconv as S
 
@@ -138,13 +139,21 @@ HAZARDS = Metric(
     "fd_hazards_total",
     "counter",
     "{finding}",
-    "The run's happens-before check at its end, by finding (see HAZARD_FINDINGS)",
+    "The run's happens-before check at its end, by finding (see Finding)",
     ("run", "finding"),
 )
-#: ``finding`` values of :data:`HAZARDS`: races whose spans overlapped in time, latent races
-#: (unordered, but apart this run), accesses outside their block's lifetime, locks that did
-#: not exclude
-HAZARD_FINDINGS = ("race", "latent_race", "lifetime", "broken_lock")
+
+
+class Finding(StrEnum):
+    """``finding`` values of :data:`HAZARDS`: races whose spans overlapped in time, latent
+    races (unordered, but apart this run), accesses outside their block's lifetime, locks that
+    did not exclude. A new kind of finding is one line here."""
+
+    RACE = "race"
+    LATENT_RACE = "latent_race"
+    LIFETIME = "lifetime"
+    BROKEN_LOCK = "broken_lock"
+
 
 ALL: tuple[Metric, ...] = (
     SWAP_DURATION,
@@ -172,7 +181,7 @@ COMMON_LABELS = ("kv_lock", "dp_rank", "role")
 #: the KV lock (fdprof.engine.server, fdprof.engine.worker)
 KNOWN_VALUES = {
     "direction": (S.TO_CPU, S.TO_GPU),
-    "finding": HAZARD_FINDINGS,
+    "finding": tuple(Finding),
     "sink": ("otlp",),
     "holder": (S.ROLE_CACHE_MANAGER, S.ROLE_WORKER),
 }

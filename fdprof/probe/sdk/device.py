@@ -30,19 +30,14 @@ from __future__ import annotations
 
 import itertools
 import os
+from collections.abc import Callable
 
 from fdprof import semconv as S
+from fdprof.formats import records as R
+from fdprof.formats.records import DEVICE_SPAN_BIT, PID_SHIFT
 from fdprof.probe import api
-from fdprof.probe import records as R
-from fdprof.probe.api import Name, Obj, Probe
-from fdprof.probe.recorder import PID_SHIFT
-
-#: device span ids are ``pid << PID_SHIFT | DEVICE_SPAN_BIT | n``: unique per run, and apart
-#: from the ids the recorder hands out (it counts from 1 below this bit)
-DEVICE_SPAN_BIT = 1 << (PID_SHIFT - 1)
-
-EVENT_RECORD = api.name(S.DEVICE_EVENT_RECORD, S.CATEGORY_DEVICE)
-EVENT_WAIT = api.name(S.DEVICE_EVENT_WAIT, S.CATEGORY_DEVICE)
+from fdprof.probe import handles as H
+from fdprof.probe.api import Name, Obj, StreamProbe
 
 
 def _new_id_counter() -> itertools.count:
@@ -51,8 +46,7 @@ def _new_id_counter() -> itertools.count:
 
 #: this process's device span ids (started again in a forked child: its pid is another)
 _ids = _new_id_counter()
-_events = itertools.count(1)
-_RELEASE, _ACQUIRE = int(R.SyncOp.RELEASE), int(R.SyncOp.ACQUIRE)
+_RELEASE, _ACQUIRE = int(R.SyncCode.RELEASE), int(R.SyncCode.ACQUIRE)
 
 
 def _after_fork_in_child() -> None:
@@ -63,36 +57,25 @@ def _after_fork_in_child() -> None:
 os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
-def event_object() -> Obj:
-    """The sync object of a new event of this process: ``event:<pid>/<n>``."""
-    return api.obj(f"{S.DEVICE_EVENT_PREFIX}{os.getpid()}/{next(_events)}")
+class RecordingStream(StreamProbe):
+    """Records one stream's items on its lane, through the process's recorder and NVTX sink
+    (either may be None, not both); ``release`` is the probe's own, the host's side of a
+    launch."""
 
+    enabled = True
 
-class StreamProbe:
-    """Records one stream's items on its lane. ``launched`` runs on the host at the launch;
-    ``ran``/``recorded``/``waited`` wherever the item's device times are known (the host waiting
-    on an event is the probe's own ``acquire`` of :attr:`event obj <event_object>`)."""
-
-    __slots__ = ("lane", "enabled", "_rec", "_nvtx", "_release", "_launches", "_launch",
-                 "_launch_id", "_lane_key")  # fmt: skip
-
-    def __init__(self, probe: Probe, lane: str) -> None:
-        self.lane = lane
-        self._rec = probe._rec
-        self._nvtx = probe._nvtx
-        self._release = probe.release
-        self.enabled = probe.enabled
+    def __init__(self, lane: str, recorder, nvtx, release: Callable[[Obj, int], None]) -> None:
+        super().__init__(lane)
+        self._rec = recorder
+        self._nvtx = nvtx
+        self._release = release
         self._launches = itertools.count(1)
         self._launch = api.obj(f"{S.DEVICE_LAUNCH_PREFIX}{lane}")
-        if self._rec is not None:
-            self._launch_id = self._rec.intern(self._launch.text)
-            self._lane_key = self._rec.intern(S.LANE)
+        if recorder is not None:
+            self._launch_id = recorder.intern(self._launch.text)
+            self._lane_key = recorder.intern(S.LANE)
 
     def launched(self) -> tuple[int, int]:
-        """The new item's span id and launch seq; the host's release of the launch. (0, 0) and
-        nothing recorded when the probe is off."""
-        if not self.enabled:
-            return 0, 0
         seq = next(self._launches)
         self._release(self._launch, seq)
         return next(_ids), seq
@@ -104,8 +87,7 @@ class StreamProbe:
         rec.sync(sid, self._launch_id, _ACQUIRE, seq, t0, True)
 
     def ran(self, name: Name, sid: int, parent: int, seq: int, t0: int, t1: int) -> None:
-        """Work ``sid`` ran from ``t0`` to ``t1`` (monotonic ns). (:meth:`_begin` inlined: this
-        runs once per device span.)"""
+        """(:meth:`_begin` inlined: this runs once per device span.)"""
         rec = self._rec
         if rec is not None:
             rec.span_begin(sid, parent, rec.intern(name.text), t0)
@@ -114,19 +96,16 @@ class StreamProbe:
             rec.span_end(sid, t1)
 
     def recorded(self, sid: int, seq: int, event: Obj, generation: int, t: int) -> None:
-        """The marker of ``event``'s record ``generation`` executed at ``t``."""
         if self._rec is not None:
             rec = self._rec
-            self._begin(sid, 0, EVENT_RECORD, seq, t)
+            self._begin(sid, 0, H.DEVICE_EVENT_RECORD, seq, t)
             rec.sync(sid, rec.intern(event.text), _RELEASE, generation, t, True)
             rec.span_end(sid, t)
 
     def waited(self, sid: int, seq: int, event: Obj, generation: int, t0: int, t1: int) -> None:
-        """The stream stopped at ``t0`` for ``event``'s record ``generation``, went on at
-        ``t1``."""
         if self._rec is not None:
             rec = self._rec
-            self._begin(sid, 0, EVENT_WAIT, seq, t0)
+            self._begin(sid, 0, H.DEVICE_EVENT_WAIT, seq, t0)
             rec.sync(sid, rec.intern(event.text), _ACQUIRE, generation, t1, True)
             rec.span_end(sid, t1)
 

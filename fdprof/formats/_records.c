@@ -65,8 +65,8 @@ static PyMethodDef methods[] = {
 };
 
 static struct PyModuleDef module = {
-    PyModuleDef_HEAD_INIT, "fdprof.probe._records",
-    "Record framing in C (twin of fdprof.probe.records.record_offsets).", -1, methods,
+    PyModuleDef_HEAD_INIT, "fdprof.formats._records",
+    "Record framing in C (twin of fdprof.formats.records.record_offsets).", -1, methods,
 };
 
 PyMODINIT_FUNC PyInit__records(void) { return PyModule_Create(&module); }

@@ -13,7 +13,7 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
-from fdprof.probe import records as R
+from fdprof.formats import records as R
 
 _NO_CHUNK = 1 << 62
 

@@ -14,11 +14,9 @@ from __future__ import annotations
 
 import threading
 
-from fdprof.probe import records as R
+from fdprof import semconv as S
 
 DOMAIN = "fdprof"
-SYNC_CATEGORY = "sync"
-_OPS = {R.SyncOp.RELEASE: "release", R.SyncOp.ACQUIRE: "acquire"}
 
 
 class NvtxSink:
@@ -49,9 +47,9 @@ class NvtxSink:
         if range_id is not None:
             self._domain.end_range(range_id)
 
-    def sync(self, o, op: int, seq: int | None) -> None:
-        message = f"{_OPS[op]} {o.text}"
-        attrs = self._attributes((o, op), message, SYNC_CATEGORY)
+    def sync(self, o, op: S.SyncOp, seq: int | None) -> None:
+        message = f"{op} {o.text}"
+        attrs = self._attributes((o, op), message, S.CATEGORY_SYNC)
         with self._lock:
             attrs.payload = seq
             self._domain.mark(attrs)

@@ -6,10 +6,11 @@ recorded, and the hot path makes no system call. The file grows in chunks; a rec
 straddles a chunk, and a zero kind byte means "rest of this chunk unused". A record's payload
 is written before its header, so a reader tailing the live file never sees half a record.
 
-This is the pure-Python twin of the C extension ``fdprof.probe._recorder`` (same format, same
+This is the pure-Python twin of the C extension ``fdprof.probe.sdk._recorder`` (same format, same
 methods, same tests); :func:`open_recorder` picks one. Besides the low-level record writers,
 both offer the handle methods (``begin``/``end``/``span``/``set_*``/``release``/``acquire``)
-that :class:`fdprof.probe.api.Probe` binds directly when the recorder is its only sink.
+that :class:`fdprof.probe.sdk.recording.RecordingProbe` binds directly when the recorder is
+its only sink.
 """
 
 from __future__ import annotations
@@ -24,15 +25,11 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from fdprof import files, settings
-from fdprof.probe import records as R
-from fdprof.probe.records import CHUNK
+from fdprof.formats import records as R
+from fdprof.formats.records import CHUNK, PID_SHIFT
 
-#: span ids are unique per run: ``pid << PID_SHIFT | counter``
-PID_SHIFT = 40
 #: the record header's u16 length bounds a payload
 MAX_PAYLOAD = 0xFFFF
-#: ``FDPROF_RECORDER=python`` selects this twin even where the C extension is built
-RECORDER_ENV = settings.RECORDER
 
 #: bumped in a forked child: a recorder made before the fork shares the parent's mapping, so
 #: in the child it records nothing (configure() the probe again there)
@@ -185,8 +182,8 @@ class Recorder:
     def end(self, sid: int) -> None:
         self.span_end(sid, time.monotonic_ns())
 
-    def span(self, name, parent: int = 0) -> _Span:
-        return _Span(self, name, parent)
+    def span(self, name, parent: int = 0) -> SpanScope:
+        return SpanScope(self, name, parent)
 
     def set_int(self, sid: int, key, value: int) -> None:
         self.attr_int(sid, self.handle_id(key), value)
@@ -202,10 +199,10 @@ class Recorder:
 
     def release(self, obj, seq: int | None = None, sid: int = 0) -> None:
         """Release ``obj``; with a ``seq`` only the acquire of that seq pairs with it."""
-        self._sync_now(R.SyncOp.RELEASE, obj, seq, sid)
+        self._sync_now(R.SyncCode.RELEASE, obj, seq, sid)
 
     def acquire(self, obj, seq: int | None = None, sid: int = 0) -> None:
-        self._sync_now(R.SyncOp.ACQUIRE, obj, seq, sid)
+        self._sync_now(R.SyncCode.ACQUIRE, obj, seq, sid)
 
     def _sync_now(self, op: int, obj, seq: int | None, sid: int) -> None:
         keyed = seq is not None
@@ -226,12 +223,13 @@ class Recorder:
             os.close(self._fd)
 
 
-class _Span:
-    """``with recorder.span(name) as sid:`` (a class, not a generator: half the cost)."""
+class SpanScope:
+    """``with x.span(name) as sid:`` over anything with ``begin``/``end`` (the recorder, the
+    SDK's probe); a class, not a generator: half the cost."""
 
     __slots__ = ("_rec", "_name", "_parent", "_sid")
 
-    def __init__(self, rec: Recorder, name, parent: int) -> None:
+    def __init__(self, rec, name, parent: int) -> None:
         self._rec = rec
         self._name = name
         self._parent = parent
@@ -270,7 +268,7 @@ def open_recorder(path: str | os.PathLike, role: str, dp_rank: int = -1, tp_rank
     mode = settings.file_mode()
     if not settings.python_recorder():
         try:
-            from fdprof.probe._recorder import Recorder as CRecorder
+            from fdprof.probe.sdk._recorder import Recorder as CRecorder
         except ImportError:
             pass
         else:

@@ -20,7 +20,14 @@ from typing import NamedTuple
 
 import numpy as np
 
+from fdprof import semconv as S
+
 MAGIC = b"FDPROF2\n"
+#: span ids are unique per run: ``pid << PID_SHIFT | counter`` (the recorder counts from 1)
+PID_SHIFT = 40
+#: device span ids are ``pid << PID_SHIFT | DEVICE_SPAN_BIT | n``: unique per run, and apart
+#: from the ids the recorder hands out (it counts from 1 below this bit)
+DEVICE_SPAN_BIT = 1 << (PID_SHIFT - 1)
 #: files grow in chunks of this size; a record never straddles two
 CHUNK = 1 << 20
 #: magic, pid, clock anchor (monotonic ns, epoch ns), role string (utf-8, 32 bytes, NUL
@@ -41,14 +48,20 @@ class Kind(IntEnum):
     ATTR_FLOAT = 5  # payload: span id u64, key id u32, pad u32, value f64
     ATTR_STR = 6  # payload: span id u64, key id u32, value string id u32
     ATTR_INTS = 7  # payload: span id u64, key id u32, count u32, count × i32
-    SYNC = 8  # payload: span id u64, obj id u32, op u32 (SyncOp), seq i64, t i64; flags below
+    SYNC = 8  # payload: span id u64, obj id u32, op u32 (SyncCode), seq i64, t i64; flags below
     THREAD_NAME = 9  # payload: name string id u32
     CONTEXT = 10  # payload: span id u64, trace id 16 bytes, remote span id u64; flags below
 
 
-class SyncOp(IntEnum):
+class SyncCode(IntEnum):
+    """A sync event's op as a SYNC record stores it."""
+
     RELEASE = 1
     ACQUIRE = 2
+
+    @property
+    def op(self) -> S.SyncOp:
+        return S.SyncOp[self.name]
 
 
 STRING = struct.Struct("<I")
@@ -162,7 +175,7 @@ def iter_records(
     STRING fields are ``(id, text)``; ATTR_INTS fields are ``(span_id, key_id, values)``.
     Stops at the end of the data or at a record cut short, so a file still being written, or
     one whose writer was killed, reads up to its last complete record. A zero kind is the unused
-    tail of a chunk (see :mod:`fdprof.probe.recorder`): reading resumes at the next chunk.
+    tail of a chunk (see :mod:`fdprof.probe.sdk.recorder`): reading resumes at the next chunk.
     ``offset`` None: after the file's header.
     """
     if offset is None:
@@ -197,7 +210,7 @@ def iter_records(
 def record_offsets(data: bytes, start: int | None = None) -> np.ndarray:
     """Offsets (int64) of the complete records of ``data``, framed as :func:`iter_records`
     frames them (``start`` None: after the file's header). The walk is serial (records vary in
-    length), so it runs in C (``fdprof.probe._records``) where that is built; this loop is its
+    length), so it runs in C (``fdprof.formats._records``) where that is built; this loop is its
     reference twin."""
     if start is None:
         start = records_start(data)
@@ -224,6 +237,6 @@ def _python_offsets(data: bytes, start: int) -> np.ndarray:
 
 
 try:
-    from fdprof.probe._records import offsets as _c_offsets
+    from fdprof.formats._records import offsets as _c_offsets
 except ImportError:  # a source checkout not built: the Python walk, same result
     _c_offsets = None

@@ -567,7 +567,7 @@ static PyMethodDef SpanCtx_methods[] = {
 
 static PyTypeObject SpanCtxType = {
     PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "fdprof.probe._recorder.SpanContext",
+    .tp_name = "fdprof.probe.sdk._recorder.SpanContext",
     .tp_basicsize = sizeof(SpanCtx),
     .tp_dealloc = (destructor)SpanCtx_dealloc,
     .tp_flags = Py_TPFLAGS_DEFAULT,
@@ -607,11 +607,11 @@ static PyGetSetDef Recorder_getset[] = {
 
 static PyTypeObject RecorderType = {
     PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "fdprof.probe._recorder.Recorder",
+    .tp_name = "fdprof.probe.sdk._recorder.Recorder",
     .tp_basicsize = sizeof(Recorder),
     .tp_dealloc = (destructor)Recorder_dealloc,
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "Appends records for one process (C twin of fdprof.probe.recorder.Recorder).",
+    .tp_doc = "Appends records for one process (C twin of fdprof.probe.sdk.recorder.Recorder).",
     .tp_methods = Recorder_methods,
     .tp_getset = Recorder_getset,
     .tp_init = (initproc)Recorder_init,
@@ -619,8 +619,8 @@ static PyTypeObject RecorderType = {
 };
 
 static struct PyModuleDef module = {
-    PyModuleDef_HEAD_INIT, "fdprof.probe._recorder",
-    "The native recorder in C (twin of fdprof.probe.recorder).", -1, NULL,
+    PyModuleDef_HEAD_INIT, "fdprof.probe.sdk._recorder",
+    "The native recorder in C (twin of fdprof.probe.sdk.recorder).", -1, NULL,
 };
 
 PyMODINIT_FUNC PyInit__recorder(void) {

@@ -1,11 +1,11 @@
 """Metrics derived from finished spans, exported two ways: OTLP (one MeterProvider per engine
 process, carrying that process's resource) and a Prometheus scrape endpoint.
 
-Names and labels come from :mod:`fdprof.probe.metric_names`, shared with the dashboards.
+Names and labels come from :mod:`fdprof.metric_names`, shared with the dashboards.
 Every series carries ``kv_lock``, ``dp_rank`` and ``role`` as labels (``COMMON_LABELS``).
 Histogram observations carry the span they measured as an exemplar (``trace_id``,
 ``span_id``), so a latency panel opens the very trace. The exporter
-(:mod:`fdprof.probe.otel_export`) creates every counter at zero when a process's records open,
+(:mod:`fdprof.probe.sdk.otel_export`) creates every counter at zero when a process's records open,
 so a dashboard shows 0 rather than "no data" for what has not happened (yet).
 """
 
@@ -26,9 +26,9 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import SpanContext
 
+from fdprof import metric_names as M
 from fdprof import semconv as S
 from fdprof.errors import FdprofError
-from fdprof.probe import metric_names as M
 from fdprof.settings import OtelSettings
 
 #: histogram buckets in seconds, shared by both exports so their quantiles agree
