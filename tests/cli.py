@@ -12,10 +12,11 @@ starting itself again): those tests start ``python -m fdprof`` themselves and sa
 from __future__ import annotations
 
 import contextlib
-import io
 import os
 import subprocess
-from collections.abc import Mapping
+import sys
+import tempfile
+from collections.abc import Iterator, Mapping
 from unittest import mock
 
 from fdprof.cli import main
@@ -29,20 +30,45 @@ def _environment(env: Mapping[str, str] | None) -> contextlib.AbstractContextMan
     return mock.patch.dict(os.environ, {"COLUMNS": os.environ.get("COLUMNS", "80"), **(env or {})})
 
 
+@contextlib.contextmanager
+def _captured() -> Iterator[dict[str, str]]:
+    """What is written in the block to stdout and stderr, as text once it ends (``"out"``,
+    ``"err"``): this process's ``sys.stdout``/``sys.stderr`` and its file descriptors 1 and 2,
+    which the processes a command starts inherit (a run's children write there, as they would
+    to a command's pipes)."""
+    written: dict[str, str] = {}
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        saved = os.dup(1), os.dup(2)
+        os.dup2(out.fileno(), 1)
+        os.dup2(err.fileno(), 2)
+        try:
+            with (
+                open(1, "w", encoding="utf-8", buffering=1, closefd=False) as text_out,
+                open(2, "w", encoding="utf-8", buffering=1, closefd=False) as text_err,
+                contextlib.redirect_stdout(text_out),
+                contextlib.redirect_stderr(text_err),
+            ):
+                yield written
+        finally:
+            for fd, copy in zip((1, 2), saved, strict=True):
+                os.dup2(copy, fd)
+                os.close(copy)
+        for key, file in (("out", out), ("err", err)):
+            file.seek(0)
+            written[key] = file.read().decode("utf-8", errors="replace")
+
+
 def fdprof(*args: object, env: Mapping[str, str] | None = None) -> subprocess.CompletedProcess:
     """``fdprof ARGS`` in this process, ``env`` added to the environment: its exit status (a
-    :class:`SystemExit` from deep inside included), and what it wrote on stdout and stderr."""
+    :class:`SystemExit` from deep inside included), and what it and the processes it started
+    wrote on stdout and stderr."""
     argv = [str(a) for a in args]
-    out, err = io.StringIO(), io.StringIO()
     # the flags' limits live in the module for the life of a process: one call's must not leak
-    with (
-        mock.patch.dict(limits._overrides),
-        _environment(env),
-        contextlib.redirect_stdout(out),
-        contextlib.redirect_stderr(err),
-    ):
+    with mock.patch.dict(limits._overrides), _environment(env), _captured() as written:
         try:
             code = main(argv)
         except SystemExit as exc:  # --help, --version: argparse exits
             code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-    return subprocess.CompletedProcess(["fdprof", *argv], code, out.getvalue(), err.getvalue())
+    return subprocess.CompletedProcess(["fdprof", *argv], code, written["out"], written["err"])
