@@ -12,11 +12,13 @@ starting itself again): those tests start ``python -m fdprof`` themselves and sa
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import subprocess
 import sys
 import tempfile
 from collections.abc import Iterator, Mapping
+from typing import TextIO
 from unittest import mock
 
 from fdprof.cli import main
@@ -28,6 +30,20 @@ def _environment(env: Mapping[str, str] | None) -> contextlib.AbstractContextMan
     fixed at 80 unless given: a child's stdout is a pipe, so argparse wraps ``--help`` at 80
     there, whatever terminal the tests run in."""
     return mock.patch.dict(os.environ, {"COLUMNS": os.environ.get("COLUMNS", "80"), **(env or {})})
+
+
+@contextlib.contextmanager
+def _last_resort(stream: TextIO) -> Iterator[None]:
+    """A warning fdprof logs reaches a command's stderr through logging's last resort (fdprof
+    configures no handler); under pytest the root logger has pytest's handlers, so the last
+    resort never speaks: a handler like it stands in for the call."""
+    handler = logging.StreamHandler(stream)
+    handler.setLevel(logging.WARNING)
+    logging.getLogger().addHandler(handler)
+    try:
+        yield
+    finally:
+        logging.getLogger().removeHandler(handler)
 
 
 @contextlib.contextmanager
@@ -49,6 +65,7 @@ def _captured() -> Iterator[dict[str, str]]:
                 open(2, "w", encoding="utf-8", buffering=1, closefd=False) as text_err,
                 contextlib.redirect_stdout(text_out),
                 contextlib.redirect_stderr(text_err),
+                _last_resort(text_err),
             ):
                 yield written
         finally:
