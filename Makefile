@@ -15,7 +15,7 @@ VLLM_STAMP := $(VLLM_VENV)/.installed-stamp
 HTA_VENV ?= .venv-hta
 HTA_STAMP := $(HTA_VENV)/.installed-stamp
 
-.PHONY: demo test lint bench traces clean venv venv-vllm bench-vllm regress system-deps
+.PHONY: demo test lint bench traces clean venv venv-vllm bench-vllm regress system-deps gpu-check
 
 $(STAMP): pyproject.toml $(wildcard setup.py fdprof/*/*.c fdprof/*/*/*.c)
 	$(PYTHON) -m venv $(VENV)
@@ -64,10 +64,17 @@ test: system-deps $(STAMP) $(SCHEMA_STAMP) $(VLLM_STAMP) $(HTA_STAMP)
 	FDPROF_VLLM_PYTHON=$(abspath $(VLLM_PY)) FDPROF_HTA_PYTHON=$(abspath $(HTA_VENV)/bin/python) \
 		$(PY) -m pytest -q
 
-# every lock mode, DP=2 with EP and TP=2, several seeds, two workloads, each seeded fault:
-# no race, no corrupted block, no NaN/Inf, tokens equal to a reference run; a summary table
+# every lock mode on the old path and on Cache Manager V1, DP=2 with EP and TP=2, several
+# seeds and workloads, each seeded fault: no race, no corrupted block, no NaN/Inf, tokens equal
+# to a reference run; one summary table with the suite's wall and CPU time
 regress: $(STAMP)
 	$(PY) -m fdprof.regress --out out/regress
+
+# on a machine with a CUDA device (under 8 minutes): the CUDA paths' tests, fdprof ab on CUDA
+# for the old path and V1 (lock vs lockless), every fault on CUDA, an Nsight capture if nsys is
+# installed; one summary, out/gpu-check/summary.md. Without a device: one line, exit 0
+gpu-check: $(STAMP)
+	$(PY) bench/gpu_check.py --out out/gpu-check
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

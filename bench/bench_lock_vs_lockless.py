@@ -13,6 +13,9 @@ baseline with its lock around the host call, the baseline synchronising before i
 the lockless engine and the lockless engine storing on fill; each mode's share of copy time
 overlapped with compute on the device (the stream work) is printed too: the baseline's says
 whether its lock excluded device work.
+
+``--cache-manager v1``: the same on Cache Manager V1 (its swap-in is asynchronous by design, so
+the modes are the baseline with the lock and the lockless engine).
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ ASYNC_MODES = (("baseline ipc", {"kv_lock": "ipc"}),
                ("baseline ipc sync-before-unlock", {"kv_lock": "ipc", "sync_before_unlock": True}),
                ("lockless", {"kv_lock": "none"}),
                ("lockless store-on-fill", {"kv_lock": "none", "store_on_fill": True}))  # fmt: skip
+V1_MODES = (("V1 baseline ipc", {"kv_lock": "ipc"}), ("V1 lockless", {"kv_lock": "none"}))
 
 
 def _ci(ratios: list[float], what: str) -> str:
@@ -52,10 +56,13 @@ def main() -> None:
     ap.add_argument("--dp", type=int, default=1)
     ap.add_argument("--ep", action="store_true")
     ap.add_argument("--device-async", action="store_true", help="the asynchronous engine")
+    ap.add_argument("--cache-manager", choices=("old", "v1"), default="old")
     args = ap.parse_args()
     base = EngineConfig(requests=args.requests, workload=args.workload, dp=args.dp, ep=args.ep,
-                        device_async=args.device_async)  # fmt: skip
-    modes = ASYNC_MODES if args.device_async else MODES
+                        device_async=args.device_async,
+                        cache_manager=args.cache_manager)  # fmt: skip
+    v1 = args.cache_manager == "v1"
+    modes = ASYNC_MODES if args.device_async else V1_MODES if v1 else MODES
     tps: dict[str, list[float]] = {label: [] for label, _ in modes}
     overlap: dict[str, list[float]] = {label: [] for label, _ in modes}
     ideal: list[float] = []
@@ -79,7 +86,8 @@ def main() -> None:
                   flush=True)  # fmt: skip
     baseline = tps[modes[0][0]]
     print(f"{base.workload}, {base.requests} requests, dp {base.dp}{' ep' if base.ep else ''}"
-          f"{', device-async' if args.device_async else ''}, {args.pairs} pairs")  # fmt: skip
+          f"{', device-async' if args.device_async else ''}{', Cache Manager V1' if v1 else ''}, "
+          f"{args.pairs} pairs")  # fmt: skip
     print(f"ideal gain (baseline runs' actual / ideal time): {_ci(ideal, 'ideal')}")
     for label, _ in modes[1:]:
         gains = [n / b for n, b in zip(tps[label], baseline, strict=True)]

@@ -1,21 +1,25 @@
 """The regression suite of the KV lock question (``make regress``; ``--short`` in ``make test``).
 
 Why: FastDeploy's lock was added for NaNs under DP+EP and removed without a test of that
-setup. This suite runs every lock mode, DP=2 with EP, and TP=2, over several seeds and two
-workloads that swap in both directions at once, and checks each run four ways: the hazard
+setup, and its concurrency now lives in Cache Manager V1. This suite runs every lock mode on
+the old path and on V1, DP=2 with EP, and TP=2, over seeds and workloads that swap in both
+directions at once, and checks each run four ways: the hazard
 detector finds no race, no block mismatches its fingerprint, no value is NaN/Inf, and every
 request's tokens equal a reference run of the same seed without swaps. The detector's
 broken-lock alarm (two holds of one lock at once, on two lanes) is counted per run too: the
 corrected lock (``ipc-per-thread``) must never set it off; the baseline's (``ipc``) may, as
-FastDeploy's lock did not exclude either. Each seeded fault must
-still be flagged (a race, a corrupted block or a changed token). A summary table is printed;
-exit 0 when everything holds, 1 otherwise.
+FastDeploy's lock did not exclude either. Each seeded fault (the old path's, the asynchronous
+engine's and the zoo of the field's fixed bugs on V1, each under the pressure its reproduction
+needs) must still be flagged (a race, a corrupted block or a changed token). A summary table is
+printed, with the suite's wall and CPU time; exit 0 when everything holds, 1 otherwise.
 """
 
 from __future__ import annotations
 
 import argparse
+import resource
 import sys
+import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -23,12 +27,12 @@ import numpy as np
 
 from fdprof import semconv as S
 from fdprof.analysis.hazards import find_hazards
-from fdprof.engine.config import EngineConfig, fault_settings
+from fdprof.engine.config import FAULT_PRESSURE, EngineConfig
 from fdprof.engine.launcher import run_engine
 from fdprof.engine.reference import compare_tokens, reference_config
 from fdprof.engine.results import RunResults
 from fdprof.probe import ProbeConfig
-from fdprof.semconv import Fault, LockMode, SwapIn
+from fdprof.semconv import CacheManagerMode, Fault, LockMode, SwapIn
 from fdprof.trace import load
 from fdprof.trace.model import Trace
 
@@ -89,10 +93,13 @@ class Outcome:
 
 def cases(short: bool = False, requests: int | None = None) -> list[Case]:
     """The suite: every lock mode (and the asynchronous swap-in) on both workloads, DP=2 with
-    EP and TP=2 on the heavy one, each over several seeds, and each seeded fault; ``short``:
-    one seed of five cases."""
+    EP and TP=2 on the heavy one, the asynchronous engine; Cache Manager V1 with and without
+    the lock on both workloads, on nested prefixes with a transfer chunk that is not the block
+    size, under DP=2 with EP and TP=2; each seeded fault under its pressure. ``short``: one
+    seed of six cases."""
     n = requests or (16 if short else 32)
     base = EngineConfig(requests=n, workload="swap-heavy")
+    v1 = base.with_(cache_manager=CacheManagerMode.V1)
     if short:
         return [
             Case("ipc", base.with_(kv_lock=LockMode.IPC), (0,)),
@@ -101,26 +108,36 @@ def cases(short: bool = False, requests: int | None = None) -> list[Case]:
                 "dp2-ep ipc", base.with_(kv_lock=LockMode.IPC, dp=2, ep=True, requests=2 * n), (0,)
             ),
             Case("tp2 ipc", base.with_(kv_lock=LockMode.IPC, tp=2), (0,)),
+            Case("v1 none", v1, (0,)),
             Case("fault no-wait-swap-in", base.with_(fault=Fault.NO_WAIT_SWAP_IN), (0,)),
         ]
+    seeds = (0, 1)
     out = []
     for workload in ("prefix-swap", "swap-heavy"):
         for lock in LockMode:
             out.append(Case(f"{lock} {workload}", base.with_(kv_lock=lock, workload=workload),
-                            (0, 1, 2)))  # fmt: skip
-        asynchronous = base.with_(workload=workload, swap_in=SwapIn.ASYNC)
-        out.append(Case(f"none async {workload}", asynchronous, (0, 1, 2)))
+                            seeds))  # fmt: skip
+        out.append(Case(f"none async {workload}",
+                        base.with_(workload=workload, swap_in=SwapIn.ASYNC), seeds))  # fmt: skip
+        for lock in (LockMode.IPC, LockMode.NONE):
+            out.append(Case(f"v1 {lock} {workload}", v1.with_(kv_lock=lock, workload=workload),
+                            seeds))  # fmt: skip
+    out.append(Case("v1 none nested-prefix chunk 24",
+                    v1.with_(workload="nested-prefix", chunk_tokens=24), seeds))  # fmt: skip
     for lock in (LockMode.IPC, LockMode.NONE):
         ep = base.with_(kv_lock=lock, dp=2, ep=True, requests=2 * n)  # as many per group
-        out.append(Case(f"dp2-ep {lock}", ep, (0, 1)))
-        out.append(Case(f"tp2 {lock}", base.with_(kv_lock=lock, tp=2), (0, 1)))
+        for name, cfg in ((f"dp2-ep {lock}", ep), (f"tp2 {lock}", base.with_(kv_lock=lock, tp=2))):
+            out.append(Case(name, cfg, (0,)))
+            out.append(Case(f"v1 {name}", cfg.with_(cache_manager=CacheManagerMode.V1), (0,)))
     for lock in (LockMode.IPC, LockMode.NONE):
         out.append(Case(f"device-async {lock}", base.with_(kv_lock=lock, device_async=True),
-                        (0, 1)))  # fmt: skip
+                        (0,)))  # fmt: skip
     out.append(Case("device-async none store-on-fill",
-                    base.with_(device_async=True, store_on_fill=True), (0, 1)))  # fmt: skip
-    for fault in Fault:
-        cfg = base.with_(fault=fault, workload="prefix-swap", **fault_settings(fault))
+                    base.with_(device_async=True, store_on_fill=True), (0,)))  # fmt: skip
+    for fault in Fault:  # each turns on the modes it needs; under its reproduction's pressure
+        cfg = base.with_(
+            fault=fault, **{"workload": "prefix-swap", **FAULT_PRESSURE.get(fault, {})}
+        )
         out.append(Case(f"fault {fault}", cfg, (0,)))
     return out
 
@@ -229,13 +246,24 @@ def summary(outcomes: list[Outcome]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m fdprof.regress", description=__doc__)
-    ap.add_argument("--short", action="store_true", help="one seed of five cases (make test)")
+    ap.add_argument("--short", action="store_true", help="one seed of six cases (make test)")
     ap.add_argument("--out", type=Path, default=Path("out/regress"), help="run directories")
     ap.add_argument("--requests", type=int, default=None, help="requests per run")
     args = ap.parse_args(argv)
+    wall0, cpu0 = time.monotonic(), _cpu_s()
     outcomes = Suite(args.out).run_all(cases(args.short, args.requests))
     print(summary(outcomes))
+    wall, cpu = time.monotonic() - wall0, _cpu_s() - cpu0
+    print(f"wall {wall / 60:.1f} min, CPU {cpu / 60:.1f} min (this process and the engine "
+          f"processes it ran)")  # fmt: skip
     return 0 if all(o.passed for o in outcomes) else 1
+
+
+def _cpu_s() -> float:
+    """CPU seconds of this process and its waited-for children (the engine's processes)."""
+    own, children = (resource.getrusage(w) for w in (resource.RUSAGE_SELF,
+                                                        resource.RUSAGE_CHILDREN))  # fmt: skip
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
 if __name__ == "__main__":

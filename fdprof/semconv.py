@@ -55,6 +55,12 @@ SWAP_COPY = "swap_copy"
 #: copy out of it (``--device-async``)
 SWAP_STAGE = "swap_stage"
 
+#: Cache Manager V1's worker (docs/engine.md): one layer of the forward pass, begun once the
+#: layer's swap-in event has been waited for, with that layer's KV accesses (``kv.layers``);
+#: and the reads of whole blocks after the last layer (fingerprint checks, NaN/Inf counts)
+FORWARD_LAYER = "forward_layer"
+KV_CHECK = "kv_check"
+
 #: spans whose time is compute, swapping, or the lock, as the analyses group them
 COMPUTE_SPANS = (EXECUTE_MODEL,)
 SWAP_SPANS = (SWAP,)
@@ -194,6 +200,13 @@ COMPUTE_DONE_EVENT = "compute"
 SWAP_IN_EVENT = "swap_in"
 
 
+def layer_loaded_event(layer: int) -> str:
+    """The kind of Cache Manager V1's per-layer swap-in event: recorded on the transfer's input
+    stream after a load's copy of ``layer`` (generation: the load's task id), waited for by the
+    worker before that layer's attention (``event:swap_in.layer<l>/dp<r>/tp<t>``)."""
+    return f"{SWAP_IN_EVENT}.layer{layer}"
+
+
 def engine_event(kind: str, dp_rank: int, tp_rank: int) -> str:
     """The name of one of the asynchronous engine's shared events (its object is
     ``event:<name>``)."""
@@ -249,10 +262,13 @@ class SwapIn(StrEnum):
 
 
 class CacheManagerMode(StrEnum):
-    """The cache manager's design (``--cache-manager``): ``v0`` is the path the lock A/B
-    studies (FastDeploy's before Cache Manager V1, PR #7097)."""
+    """The cache manager's design (``--cache-manager``): ``old`` is the path the lock A/B
+    studies (FastDeploy's before Cache Manager V1), whole-block swaps whose completion is
+    awaited; ``v1`` is Cache Manager V1 (FastDeploy PR #7097): swap-ins layer by layer on an
+    input stream with an event per layer, swap-outs on an output stream without a host wait."""
 
-    V0 = "v0"
+    OLD = "old"
+    V1 = "v1"
 
 
 class Fault(StrEnum):
@@ -271,6 +287,14 @@ class Fault(StrEnum):
     STORE_BEFORE_COMPUTE_DONE = "store-before-compute-done"
     FOREIGN_STREAM_WRITE = "foreign-stream-write"
     REUSE_STAGING_BUFFER = "reuse-staging-buffer"
+    #: Cache Manager V1's (``--cache-manager v1``): FastDeploy PR #7097's per-layer wait off by
+    #: one; SGLang PR #36738, a load back not fenced behind the forward; SGLang #20611, a
+    #: write-back racing the kernel that fills the blocks; LMCache PR #2706, a load placed from
+    #: the transfer chunk's boundary into a shared prefix block
+    V1_WRONG_LAYER_EVENT = "v1-wrong-layer-event"
+    LOAD_BACK_UNFENCED = "load-back-unfenced"
+    COMPUTE_RACES_STORE = "compute-races-store"
+    SHARED_PREFIX_STREAMS = "shared-prefix-streams"
 
 
 # -- lanes (where program order holds; docs/trace.md "Lanes") ---------------------------------

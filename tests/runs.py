@@ -4,12 +4,14 @@ read it.
 A real engine run (three to six spawned processes, torch in each) costs seconds of CPU; many
 tests only read what a run recorded or returned. They ask the session fixture ``engine_runs``
 (``tests/conftest.py``) for a configuration; the first asks runs it, the others get the same
-:class:`EngineRun`. Tests must not change a shared run's directory: one that writes into a run
-(plants a file, rolls it, corrupts a record) copies it first (:meth:`EngineRun.copy`) or runs
-its own (``tests/engine/conftest.py``'s ``run``).
+:class:`EngineRun` (or, through :meth:`EngineRuns.checked`, the same regression-suite
+:class:`~fdprof.regress.Outcome`). Tests must not change a shared run's directory: one that
+writes into a run (plants a file, rolls it, corrupts a record) copies it first
+(:meth:`EngineRun.copy`) or runs its own (``tests/engine/conftest.py``'s ``run``).
 
-Two tests that want the same run should ask for the same configuration: the settings spelled
-out alike (defaults included or not, it is the :class:`EngineConfig` that is the key).
+Two tests that want the same run should ask for the same configuration: it is the
+:class:`EngineConfig` that is the key (a default spelled out or left out, a mode given as its
+string or as its enum, a fault's modes turned on by the fault or given: the same run).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from pathlib import Path
 from fdprof.engine.config import EngineConfig
 from fdprof.engine.launcher import run_engine
 from fdprof.probe import ProbeConfig
+from fdprof.regress import Case, Outcome, Suite
 from fdprof.trace import Trace, load
 
 
@@ -54,6 +57,8 @@ class EngineRuns:
     def __init__(self, root: Path) -> None:
         self.root = root
         self._runs: dict[tuple[EngineConfig, bool], EngineRun] = {}
+        self._suite = Suite(root / "checked", log=lambda line: None)
+        self._checked: dict[EngineConfig, Outcome] = {}
 
     def get(self, *, reference: bool = False, **settings) -> EngineRun:
         """The run of ``EngineConfig(**settings)`` (``reference``: with the reference run
@@ -65,3 +70,15 @@ class EngineRuns:
             results = run_engine(config, ProbeConfig(run_dir=str(run_dir)), reference=reference)
             self._runs[key] = EngineRun(config, results.to_json(), run_dir)
         return self._runs[key]
+
+    def checked(self, name: str, config: EngineConfig) -> Outcome:
+        """The run of ``config`` as the regression suite checks it (:mod:`fdprof.regress`:
+        its tokens against a reference run of the same seed, which runs of one seed and
+        layout share; races, lifetime violations and broken locks counted); ``name`` names its
+        directory and its line in a summary."""
+        if config not in self._checked:
+            taken = {o.case.name for o in self._checked.values()}
+            unique = name if name not in taken else f"{name} {len(self._checked)}"
+            case = Case(unique, config, (config.seed,))
+            self._checked[config] = self._suite.run(case, config.seed)
+        return self._checked[config]

@@ -42,6 +42,10 @@ ALLOWED = {
         "the breakdown's part of that name (time in lock_wait spans; JSON key), defined there",
     ("fdprof/engine/config.py", "swap_in"):
         "EngineConfig's field (--swap-in), not the asynchronous engine's swap_in event",
+    ("fdprof/engine/config.py", "cache_manager"):
+        "EngineConfig's field (--cache-manager), not the cache manager's role",
+    ("fdprof/cli/run.py", "cache_manager"):
+        "the run JSON's key of that field (--cache-manager), not the cache manager's role",
     ("fdprof/trace/join.py", "step"):
         "the trace model's span column, not the span name",
 }  # fmt: skip

@@ -136,6 +136,7 @@ class EngineArm:
     what_if: bool = False
 
     def settings(self) -> dict[str, Any]:
+        from fdprof.engine.config import fault_modes
         from fdprof.engine.workloads import sized_for_workload
 
         cfg = sized_for_workload(self.config)
@@ -143,6 +144,7 @@ class EngineArm:
             **cfg.to_dict(),
             "seed": f"{cfg.seed} + pair index",
             "fault_delay_ms": cfg.fault_delay_s * 1000,  # the delay in effect, not the flag
+            **({"fault_modes": fault_modes(cfg)} if cfg.fault else {}),  # what the fault turned on
         }
 
     def run(self, run_dir: Path, pair: int) -> None:

@@ -4,8 +4,9 @@ Runs are paired by index and alternate which mode goes first (ABBA), so drift of
 machine hits both modes alike; the gain is the geometric mean of the pairs' throughput ratios
 with a Student-t CI over the pairs (few units: see :mod:`fdprof.analysis.stats`). Every run is
 also checked (hazards, integrity; the lock what-if on modes that ask for it). The same session
-serves ``fdprof ab --baseline CMD --candidate CMD`` and the built-in lock A/B
-(:func:`lock_arms`); the result is plain data that :mod:`fdprof.report.ab` turns into a report.
+serves ``fdprof ab --baseline CMD --candidate CMD``, the built-in lock A/B (:func:`lock_arms`)
+and Cache Manager V1 against the old path (:func:`cache_manager_arms`); the result is plain
+data that :mod:`fdprof.report.ab` turns into a report.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from fdprof.analysis.stats import (
 )
 from fdprof.capture.plan import CapturePlan
 from fdprof.errors import FdprofError
-from fdprof.semconv import LockMode, SwapIn
+from fdprof.semconv import CacheManagerMode, LockMode, SwapIn
 
 BASELINE, CANDIDATE = "baseline", "candidate"
 PERCENTILES = (50, 90, 99)
@@ -293,15 +294,28 @@ def run_session(
 
 def lock_arms(config, capture: CapturePlan | None = None) -> tuple[EngineArm, EngineArm]:
     """The built-in A/B: the engine with the KV lock (baseline, with the lock what-if) and
-    without it, on the same workload and seeds."""
+    without it, on the same workload, seeds and cache manager."""
     capture = capture or CapturePlan(workload=config.workload)
+    v1 = "V1 " if config.v1 else ""
     return (
         EngineArm(
             BASELINE,
-            "baseline (lock)",
+            f"{v1}baseline (lock)",
             replace(config, kv_lock=LockMode.IPC, swap_in=SwapIn.SYNC, store_on_fill=False),
             capture,
             True,
         ),
-        EngineArm(CANDIDATE, "lockless", replace(config, kv_lock=LockMode.NONE), capture),
+        EngineArm(CANDIDATE, f"{v1}lockless", replace(config, kv_lock=LockMode.NONE), capture),
     )
+
+
+def cache_manager_arms(config, capture: CapturePlan | None = None) -> tuple[EngineArm, EngineArm]:
+    """Cache Manager V1 against the old path, both lockless, on the same workload and seeds:
+    the old path with its swap-in setting (baseline), V1 (candidate)."""
+    capture = capture or CapturePlan(workload=config.workload)
+    old = replace(config, kv_lock=LockMode.NONE, cache_manager=CacheManagerMode.OLD)
+    v1 = replace(config, kv_lock=LockMode.NONE, cache_manager=CacheManagerMode.V1,
+                 swap_in=SwapIn.SYNC, device_async=False, store_on_fill=False)  # fmt: skip
+    label = "old path lockless" + (" (async swap-in)" if old.swap_in == SwapIn.ASYNC else "")
+    return (EngineArm(BASELINE, label, old, capture),
+            EngineArm(CANDIDATE, "V1 lockless", v1, capture))  # fmt: skip

@@ -10,7 +10,7 @@ from enum import StrEnum
 from fdprof import settings
 from fdprof.capture.plan import CapturePlan
 from fdprof.cli import warn
-from fdprof.semconv import Fault, LockMode, SwapIn
+from fdprof.semconv import CacheManagerMode, Fault, LockMode, SwapIn
 
 
 def values(kind: type[StrEnum]) -> list[str]:
@@ -38,7 +38,8 @@ def add_engine_arguments(p: argparse.ArgumentParser, with_lock: bool = True) -> 
         help="prefix-swap (default): shared prefixes and a device pool smaller than the working "
         "set, so blocks swap both ways every few steps; swap-heavy: the same requests with a "
         "device pool half the prefixes' size (swaps all the time, both ways at once); no-swap: "
-        "the control",
+        "the control; nested-prefix: requests share 1 to 4 blocks of a family's prefix, so "
+        "prefixes are often partly on the device, partly on the host",
     )
     p.add_argument("--requests", type=int, default=48, help="requests to serve (default 48)")
     p.add_argument(
@@ -90,19 +91,61 @@ def add_engine_arguments(p: argparse.ArgumentParser, with_lock: bool = True) -> 
         "host pool as the step is queued (write-through; the copy waits on the step's "
         "compute-done event), so an eviction only drops the device copy",
     )
-    p.add_argument("--fault", choices=values(Fault), default=None, help="seed a protocol bug")
+    p.add_argument(
+        "--cache-manager",
+        choices=values(CacheManagerMode),
+        default=CacheManagerMode.OLD,
+        help="old (default): the path FastDeploy's lock guarded (whole-block swaps, completion "
+        "awaited); v1: Cache Manager V1 (FastDeploy PR #7097): swap-ins layer by layer on an "
+        "input stream, the forward waiting for each layer's event just before its attention, "
+        "swap-outs on an output stream without a host wait",
+    )
+    p.add_argument(
+        "--chunk-tokens",
+        type=int,
+        default=None,
+        metavar="N",
+        help="with --cache-manager v1: the transfer chunk in tokens (default: the block size, "
+        "16); copies are split at chunk boundaries, as LMCache moves chunks",
+    )
+    p.add_argument("--fault", choices=values(Fault), default=None, metavar="FAULT",
+                   help=fault_help())  # fmt: skip
     p.add_argument(
         "--fault-delay-ms",
         type=float,
         default=None,
-        help="transfer delay before each copy, widening the fault window "
-        "(default 150 with --fault, else 0)",
+        help="the fault's window: a delay before each copy (V1's loads: spread over the "
+        "layers), or in the worker's forward for the faults whose copy should have waited for "
+        "the kernel (store-before-compute-done, compute-races-store, load-back-unfenced); "
+        "default 150 with --fault (shared-prefix-streams needs none), else 0",
     )
     p.add_argument(
         "--device",
         choices=DEVICES,
         default="auto",
         help="where the KV pools and the model live; auto (default): cuda if present, else cpu",
+    )
+
+
+def fault_help() -> str:
+    """``--fault``'s help: every fault, what it breaks, the public bug it reproduces."""
+    from fdprof.engine.config import FAULT_HELP, fault_settings
+
+    def needs(fault: Fault) -> str:
+        flags = as_flags(fault_settings(fault))
+        return f" (turns on {flags})" if flags else ""
+
+    faults = "; ".join(f"{f}: {FAULT_HELP.get(f, 'a seeded bug')}{needs(f)}" for f in Fault)
+    return (
+        f"seed a protocol bug; it turns on the modes it needs itself (run.json and the "
+        f"summary say which). {faults}"
+    )
+
+
+def as_flags(settings: dict) -> str:
+    """Engine settings as the command-line flags that set them."""
+    return " ".join(
+        f"--{k.replace('_', '-')}" + ("" if v is True else f" {v}") for k, v in settings.items()
     )
 
 
@@ -130,6 +173,8 @@ def engine_config(args: argparse.Namespace, kv_lock: str | None = None):
         tp=args.tp,
         ep=args.ep,
         swap_in=args.swap_in,
+        cache_manager=args.cache_manager,
+        chunk_tokens=args.chunk_tokens,
         device_async=args.device_async,
         sync_before_unlock=args.sync_before_unlock,
         store_on_fill=args.store_on_fill,

@@ -19,6 +19,9 @@ from fdprof.cli._report_options import add_report_arguments, emit
 from fdprof.errors import FdprofError
 from fdprof.semconv import LockMode
 
+#: what the built-in A/B's two modes differ in
+COMPARES = ("kv-lock", "cache-manager")
+
 EXIT_CODES = f"""exit codes:
   0  safe: every run of either mode safe, as fdprof hazards judges it, and no integrity
      mismatch (and, with --require-gain X, the gain's 95% CI lower bound is at least X); a
@@ -39,10 +42,13 @@ workload with it, so pairs match); its stdout and stderr go to RUN_DIR/stdout.lo
 def register(subparsers) -> None:
     p = subparsers.add_parser(
         "ab",
-        help="A/B with a verdict: the KV lock (baseline vs lockless) or any two commands, "
+        help="A/B with a verdict: the KV lock (baseline vs lockless), Cache Manager V1 vs the "
+        "old path, or any two commands, "
         "K interleaved runs each, gain with a 95%% CI, hazards, a report",
         description="Run two modes K times each, ABBA-interleaved: the built-in engine with "
-        "the KV lock (--kv-lock ipc) and without it, or --baseline CMD and --candidate CMD. "
+        "the KV lock (--kv-lock ipc) and without it (on the old path or, with --cache-manager "
+        "v1, on Cache Manager V1), the old path against V1 (--compare cache-manager), or "
+        "--baseline CMD and --candidate CMD. "
         "Throughput and step latency come from each run's trace; the report gives the gain "
         "with its 95% CI, the ideal gain, serving latency, hazards and integrity of every "
         "run, and the lock what-if on the built-in baseline. Writes report.md, report.html "
@@ -75,7 +81,15 @@ def register(subparsers) -> None:
     p.add_argument("--out", required=True, type=Path, help="directory for runs and reports")
     add_force_argument(p)
     add_report_arguments(p, out_file=False)
-    group = p.add_argument_group("built-in lock A/B (ignored with --baseline/--candidate)")
+    group = p.add_argument_group("built-in A/B (ignored with --baseline/--candidate)")
+    group.add_argument(
+        "--compare",
+        choices=COMPARES,
+        default="kv-lock",
+        help="what the two modes differ in. kv-lock (default): the KV lock (--kv-lock ipc) "
+        "against lockless, on the --cache-manager given (old by default; v1: Cache Manager "
+        "V1's lock A/B); cache-manager: the old path against Cache Manager V1, both lockless",
+    )
     add_engine_arguments(group, with_lock=False)
     add_capture_arguments(group)
     p.set_defaults(func=handle)
@@ -83,14 +97,15 @@ def register(subparsers) -> None:
 
 def arms(args: argparse.Namespace):
     from fdprof.ab.arms import CommandArm
-    from fdprof.ab.session import BASELINE, CANDIDATE, lock_arms
+    from fdprof.ab.session import BASELINE, CANDIDATE, cache_manager_arms, lock_arms
 
     if (args.baseline is None) != (args.candidate is None):
         raise FdprofError("--baseline and --candidate go together")
     if args.baseline is None:
         if args.names is not None:
             raise FdprofError("--names names the commands of --baseline/--candidate")
-        return lock_arms(engine_config(args, kv_lock=LockMode.NONE), capture_plan(args))
+        built_in = lock_arms if args.compare == "kv-lock" else cache_manager_arms
+        return built_in(engine_config(args, kv_lock=LockMode.NONE), capture_plan(args))
     names = args.names or ("baseline", "candidate")
     if names[0] == names[1]:
         raise FdprofError("--names: the two modes need different names")

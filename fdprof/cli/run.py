@@ -12,6 +12,7 @@ from fdprof.cli import add_force_argument, claim_output
 from fdprof.cli._engine_options import (
     add_capture_arguments,
     add_engine_arguments,
+    as_flags,
     capture_plan,
     engine_config,
 )
@@ -64,16 +65,26 @@ def _ms(value: float | None) -> str:
 
 
 def _summary(r: dict) -> str:
-    sw, integ = r["swaps"], r["integrity"]
+    sw, integ, cache_manager = r["swaps"], r["integrity"], r["cache_manager"]
     return (
-        f"kv_lock={r['kv_lock']} device={r['device']} requests={r['requests']} "
+        f"kv_lock={r['kv_lock']} cache_manager={cache_manager} device={r['device']} "
+        f"requests={r['requests']} "
         f"tokens={r['generated_tokens']} in {r['wall_s']:.2f}s ({r['tokens_per_s']:.1f} tok/s), "
         f"steps={r['steps']} (step p50 {_ms(r['step_ms']['p50'])}, p99 {_ms(r['step_ms']['p99'])}; "
         "one run: `fdprof ab` repeats runs for a CI)\n"
         f"swaps: {sw[S.TO_CPU]} {S.TO_CPU}, {sw[S.TO_GPU]} {S.TO_GPU}, {sw['blocks']} blocks; "
         f"integrity: {integ['blocks_checked']} blocks checked, {integ['mismatches']} mismatches, "
-        f"{integ['nan']} NaN/Inf{_reference_line(r['reference'])}\ntrace: {r['trace']}"
+        f"{integ['nan']} NaN/Inf{_reference_line(r['reference'])}{_fault_line(r)}\n"
+        f"trace: {r['trace']}"
     )
+
+
+def _fault_line(r: dict) -> str:
+    if not r["fault"]:
+        return ""
+    flags = as_flags(r["fault_modes"])
+    turned_on = f" (it turned on {flags})" if flags else ""
+    return f"\nfault: {r['fault']}{turned_on}"
 
 
 def _reference_line(ref: dict | None) -> str:

@@ -3,7 +3,14 @@ swaps between pools, as in FastDeploy's PrefixCacheManager.
 
 Evictions (device → host, :meth:`CacheManager.evict_once`) are issued from a background thread
 the server runs; a request whose prefix is on the host is swapped back in with
-``issue_swap_task(..., is_sync=True)`` from the scheduler thread before it is scheduled. All
+``issue_swap_task(..., is_sync=True)`` from the scheduler thread before it is scheduled.
+
+Cache Manager V1 (``cache_manager="v1"``, docs/engine.md): without the lock a swap-in is
+issued and the request is scheduled at once (its forward waits per layer); a swap-out is
+issued without waiting and finished when its completion is polled; overlap scheduling hands a
+finishing request's own blocks to loads admitted while its last step still runs, each such
+load fenced behind that step; under memory pressure the blocks a step fills are written back
+as it is dispatched; a prefix's last blocks are evicted first (they are touched first). All
 bookkeeping happens under one traced mutex, so every handoff of a block between the two threads
 is a recorded edge. The transfer side is a :class:`SwapPort` and the baseline's lock a
 :class:`HoldLock`, both handed in: no queue or process lives here, so unit tests drive the cache
@@ -23,7 +30,7 @@ from fdprof import semconv as S
 from fdprof.engine.allocator import BlockAllocator
 from fdprof.engine.config import EngineConfig
 from fdprof.engine.ipc import SEQ_STRIDE, TracedMutex
-from fdprof.engine.messages import Fingerprint, SwapTask
+from fdprof.engine.messages import Fingerprint, Piece, SwapTask
 from fdprof.engine.prefix_cache import Entry, PrefixCache, block_hashes
 from fdprof.engine.results import SwapStats
 from fdprof.probe import handles as H
@@ -120,6 +127,15 @@ class CacheManager:
         self._stores: dict[int, list[tuple[int, int, bytes]]] = {}
         #: hashes of blocks with a store in flight
         self._storing: set[bytes] = set()
+        #: V1 overlap scheduling: what requests finishing in a step still in flight give back
+        #: once its result is in (step sequence number -> [(entries, own blocks)]), and their
+        #: own blocks a load may take meanwhile, fenced behind that step (block -> step)
+        self._after_step: dict[int, list[tuple[list[Entry], list[int]]]] = {}
+        self._reusable: dict[int, int] = {}
+        #: V1 without the lock: swap-outs in flight, task id -> (entries, host blocks), and
+        #: how many device blocks they will free
+        self._evicting: dict[int, tuple[list[Entry], list[int]]] = {}
+        self._evicting_blocks = 0
 
     # -- the swap itself -------------------------------------------------------------------
     def issue_swap_task(
@@ -132,6 +148,7 @@ class CacheManager:
         parent: int = 0,
         is_sync: bool = True,
         after_step: int = 0,
+        pieces: list[Piece] | None = None,
     ) -> int:
         """Hand a swap to the transfer side; with ``is_sync`` wait until it has completed (the
         baseline holds its lock from before the hand-over until then). A swap for a request
@@ -156,6 +173,7 @@ class CacheManager:
                     fps,
                     p.traceparent(sid, trace_id),
                     after_step,
+                    pieces or [],
                 )
                 self._port.submit(task)
                 if is_sync:
@@ -175,40 +193,55 @@ class CacheManager:
         None when the device pool has no room now. A synchronous swap-in has completed when
         this returns; an asynchronous one is in :attr:`Admission.pending` until
         :meth:`poll_loads` sees it done (:meth:`ready`)."""
-        bs = self.cfg.block_size
+        bs, v1 = self.cfg.block_size, self.cfg.v1
         hashes = block_hashes(prompt, bs, limit=(len(prompt) - 1) // bs)
         with self.mutex:
             matched = self.cache.match(hashes)
             resident = sum(1 for e in matched if e.gpu is not None or e.swapping_in)
-            if self.gpu.num_free < blocks_needed - resident:
+            # V1 without the lock: loads take blocks a finishing request gives back only when
+            # the free list is short (their copy waits for its last step; under the lock, which
+            # the cache manager holds until a swap has completed, that wait could deadlock
+            # with the worker waiting for the lock to run that very step)
+            short = max(0, blocks_needed - resident - self.gpu.num_free)
+            reusable = self._reusable if not self.cfg.locked else {}
+            reused = list(reusable)[: min(short, len(matched) - resident)]
+            new = blocks_needed - resident - len(reused)
+            if self.gpu.num_free < new:
                 return None
-            fresh = iter(self.gpu.allocate(blocks_needed - resident))
+            fence = max((self._reusable.pop(b) for b in reused), default=0)
+            destinations = iter(reused + self.gpu.allocate(new))  # loads take reused ones first
             table, swap_in, pending, waits = [], [], set(), 0
             for e in matched:
                 e.ref += 1
-                self.cache.touch(e)
                 if e.gpu is not None:
                     table.append(e.gpu)
                 elif e.swapping_in:  # another request's asynchronous swap-in: wait for it too
                     table.append(e.loading_to)
-                    pending.add(e.loading_task)
+                    if not v1:  # (V1: the forward waits for it layer by layer)
+                        pending.add(e.loading_task)
                     waits = max(waits, e.loading_task)
                 else:
-                    e.swapping_in, e.loading_to = True, next(fresh)
+                    e.swapping_in, e.loading_to = True, next(destinations)
                     swap_in.append(e)
                     table.append(e.loading_to)
+            fresh = destinations
+            self._touch(matched)
             table.extend(fresh)
         if swap_in:
             skip_wait = self.cfg.fault == S.Fault.NO_WAIT_SWAP_IN
-            is_sync = self.cfg.swap_in == S.SwapIn.SYNC and not skip_wait
+            # V1: asynchronous unless the lock is held until the swap has completed
+            is_sync = self.cfg.locked if v1 else self.cfg.swap_in == S.SwapIn.SYNC and not skip_wait
+            dst = [e.loading_to for e in swap_in]
             task = self.issue_swap_task(
                 S.TO_GPU,
-                [e.loading_to for e in swap_in],
+                dst,
                 [e.cpu for e in swap_in],
                 [e.fp for e in swap_in],
                 trace_id,
                 parent,
                 is_sync=is_sync,
+                after_step=fence,
+                pieces=self._load_pieces(table, matched, swap_in) if v1 else None,
             )
             if not skip_wait:  # the fault forgets the swap-in altogether
                 waits = max(waits, task)
@@ -218,7 +251,8 @@ class CacheManager:
                 for e in swap_in:
                     e.loading_task = task
                 self._loading[task] = swap_in
-                pending.add(task)
+                if not v1:
+                    pending.add(task)
         return Admission(
             table,
             matched,
@@ -229,12 +263,62 @@ class CacheManager:
             waits,
         )
 
+    def _touch(self, entries: list[Entry]) -> None:
+        """Mark ``entries`` (a request's blocks, in token order) used now; V1 touches the last
+        first, so a prefix's tail is evicted before its head (vLLM's free-queue order): the
+        leading blocks every sharer reads first stay on the device."""
+        for e in reversed(entries) if self.cfg.v1 else entries:
+            self.cache.touch(e)
+
+    def _load_pieces(self, table: list[int], matched: list[Entry], loads: list[Entry]):
+        """V1: a load as pieces split at transfer-chunk boundaries of the request's tokens
+        (``(host block, host token, device block, device token, tokens)``). The
+        shared-prefix-streams fault places them from the chunk boundary at or before the first
+        loaded block instead of from that block (LMCache's bug; its fix passes the tokens the
+        engine already holds): with a chunk that is not a whole number of blocks they land
+        shifted, partly in the block before, which another request holds and reads."""
+        bs, chunk = self.cfg.block_size, self.cfg.chunk
+        where = {id(e): i for i, e in enumerate(matched)}
+        first = min(where[id(e)] for e in loads)
+        shift = first * bs % chunk if self.cfg.fault == S.Fault.SHARED_PREFIX_STREAMS else 0
+        pieces: list[Piece] = []
+        for e in loads:
+            start = where[id(e)] * bs
+            pos, end = start, start + bs
+            while pos < end:
+                dst = pos - shift
+                n = min(end, (pos // chunk + 1) * chunk, pos + bs - dst % bs) - pos
+                pieces.append((e.cpu, pos - start, table[dst // bs], dst % bs, n))
+                pos += n
+        return pieces
+
+    def release_after(self, step_seq: int, entries: list[Entry], own: list[int]) -> None:
+        """V1 overlap scheduling: a request finishes in step ``step_seq``, dispatched now. Its
+        references and own blocks are given back once that step's result is in
+        (:meth:`step_done`); meanwhile a load may take its own blocks (:meth:`admit`), its copy
+        fenced behind the step (``SwapTask.after_step``: the transfer's input stream waits for
+        the step's compute-done event), as SGLang fences a load behind the forward stream."""
+        self._after_step.setdefault(step_seq, []).append((entries, own))
+        self._reusable.update(dict.fromkeys(own, step_seq))
+
+    def step_done(self, step_seq: int) -> None:
+        """Step ``step_seq``'s result is in: give back what requests finishing in it (or
+        before) released, except the blocks loads took (theirs now)."""
+        for step in sorted(s for s in self._after_step if s <= step_seq):
+            for entries, own in self._after_step.pop(step):
+                kept = [b for b in own if self._reusable.pop(b, None) is not None]
+                self.release(entries, kept)
+
     def _loaded(self, entries: list[Entry]) -> None:
         """Swapped-in entries are on the device now; their host copies are dropped."""
         with self.mutex:
             for e in entries:
                 self.cpu.free([e.cpu])
                 e.cpu, e.gpu, e.swapping_in = None, e.loading_to, False
+
+    @property
+    def loads_in_flight(self) -> bool:
+        return bool(self._loading)
 
     def poll_loads(self) -> None:
         """Finish every asynchronous swap-in the transfer side has completed (no waiting)."""
@@ -255,6 +339,7 @@ class CacheManager:
                 if e is not None:
                     e.swapping_out = h in self._storing
                     held.append(e)
+            self._touch(held)
         return held
 
     # -- write-through stores (``store_on_fill``, scheduler thread) -------------------------
@@ -276,6 +361,17 @@ class CacheManager:
         gpu = [b for b, _ in todo]
         task = self.issue_swap_task(S.TO_CPU, gpu, dsts, [], is_sync=False, after_step=step_seq)
         self._stores[task] = [(b, c, h) for (b, h), c in zip(todo, dsts, strict=True)]
+
+    @property
+    def writes_back(self) -> bool:
+        """V1 without the lock under memory pressure (eviction is behind what the scheduler
+        wants free): the blocks each step fills are stored as it is dispatched, so evicting
+        them later only drops the device copy."""
+        return self.cfg.v1 and not self.cfg.locked and self._want_free > self.gpu.num_free
+
+    @property
+    def storing(self) -> bool:
+        return bool(self._stores)
 
     def poll_stores(self) -> None:
         """Finish the stores that have completed: the entry (registered from the step's result
@@ -309,13 +405,15 @@ class CacheManager:
         return self._want_free
 
     def evict_once(self, room_made: Callable[[], None] | None = None) -> bool:
-        """One swap-out of up to ``swap_batch`` blocks; False when nothing (more) is needed.
+        """One swap-out of up to ``swap_batch`` blocks; False when nothing (more) is needed. V1
+        without the lock issues it without waiting (:meth:`poll_evictions` finishes it).
         ``room_made`` is told when blocks return to the free list before their copy: only the
         free-before-swap-out fault does that, and a scheduler waiting for room then takes them
         at once, as FastDeploy's scheduler sees free ids as soon as they are freed."""
         free_early = self.cfg.fault == S.Fault.FREE_BEFORE_SWAP_OUT
+        no_wait = self.cfg.v1 and not self.cfg.locked
         with self.mutex:
-            deficit = self._want_free - self.gpu.num_free
+            deficit = self._want_free - self.gpu.num_free - self._evicting_blocks
             victims = self.cache.evictable(min(deficit, self.cfg.swap_batch))
             if deficit <= 0 or not victims:
                 return False
@@ -340,11 +438,33 @@ class CacheManager:
                     e.gpu = None
         if free_early and room_made is not None:
             room_made()
-        self.issue_swap_task(S.TO_CPU, srcs, dsts, [e.fp for e in victims])
+        task = self.issue_swap_task(S.TO_CPU, srcs, dsts, [e.fp for e in victims],
+                                    is_sync=not no_wait)  # fmt: skip
+        if no_wait:
+            self._evicting[task] = (victims, dsts)
+            self._evicting_blocks += len(victims)
+        else:
+            self._evicted(victims, dsts, free_early)
+        return True
+
+    @property
+    def evicting(self) -> bool:
+        """V1: swap-outs are in flight (the eviction thread polls them)."""
+        return bool(self._evicting)
+
+    def poll_evictions(self) -> None:
+        """V1: finish every swap-out the transfer side has completed (no waiting)."""
+        for task in [t for t in self._evicting if self._port.done(t)]:
+            victims, dsts = self._evicting.pop(task)
+            self._evicting_blocks -= len(victims)
+            self._evicted(victims, dsts, False)
+
+    def _evicted(self, victims: list[Entry], dsts: list[int], freed: bool) -> None:
+        """Swapped-out entries are on the host now; a device block no request holds is freed
+        (not again where the fault freed it early), one matched meanwhile stays."""
         with self.mutex:
             for e, dst in zip(victims, dsts, strict=True):
                 e.cpu, e.swapping_out = dst, False
-                if not free_early and e.ref == 0:
+                if not freed and e.ref == 0:
                     self.gpu.free([e.gpu])
                     e.gpu = None
-        return True

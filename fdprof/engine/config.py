@@ -10,34 +10,92 @@ from dataclasses import asdict, dataclass, replace
 from fdprof import semconv as S
 from fdprof import settings
 from fdprof.errors import FdprofError
-from fdprof.semconv import Fault, LockMode, SwapIn
+from fdprof.semconv import CacheManagerMode, Fault, LockMode, SwapIn
 
 DEVICES = ("auto", S.DEVICE_CPU, S.DEVICE_CUDA)
-WORKLOADS = ("prefix-swap", "swap-heavy", "no-swap")
-#: the asynchronous engine's faults (``--device-async``): store-before-compute-done (vLLM
-#: #45704: a store copies blocks the compute stream is still writing; needs
-#: ``--store-on-fill``), foreign-stream-write (LMCache PR #2671: a swap-in written on a stream
-#: of its own, which the event the worker waits on does not cover), reuse-staging-buffer
-#: (TensorRT-LLM PR #15546: the staging buffer refilled while the copy out of it is in
-#: flight; needs ``--swap-in async``, where swap-ins overlap)
+WORKLOADS = ("prefix-swap", "swap-heavy", "no-swap", "nested-prefix")
+#: the asynchronous engine's faults (``--device-async``), after bugs engines shipped:
+#: store-before-compute-done (vLLM #45704: a store copies blocks the compute stream is still
+#: writing; needs ``--store-on-fill``), foreign-stream-write (LMCache PR #2671: a swap-in
+#: written on a stream of its own, which the event the worker waits on does not cover),
+#: reuse-staging-buffer (TensorRT-LLM PR #15546: the staging buffer refilled while the copy
+#: out of it is in flight; needs ``--swap-in async``, where swap-ins overlap)
 ASYNC_FAULTS = (
     Fault.STORE_BEFORE_COMPUTE_DONE,
     Fault.FOREIGN_STREAM_WRITE,
     Fault.REUSE_STAGING_BUFFER,
 )
-#: what each asynchronous fault needs besides ``device_async`` (see ASYNC_FAULTS)
+#: Cache Manager V1's faults (``--cache-manager v1``), the field's fixed bugs as a zoo: see
+#: FAULT_HELP for what each breaks and the public bug it reproduces
+V1_FAULTS = (
+    Fault.V1_WRONG_LAYER_EVENT,
+    Fault.LOAD_BACK_UNFENCED,
+    Fault.COMPUTE_RACES_STORE,
+    Fault.SHARED_PREFIX_STREAMS,
+)
+#: what each fault breaks and, for those after a public bug, which one (``--help``, docs)
+FAULT_HELP: dict[Fault, str] = {
+    Fault.NO_WAIT_SWAP_IN: "the scheduler does not wait for a swap-in before scheduling its "
+    "request",
+    Fault.FREE_BEFORE_SWAP_OUT: "evicted blocks return to the free list when the copy-out is "
+    "issued",
+    Fault.ACK_BEFORE_COPY: "the transfer process signals completion before it copies",
+    Fault.STORE_BEFORE_COMPUTE_DONE: "vLLM #45704 (fixed by PR #46278): a store copies blocks the "
+    "compute stream is still writing",
+    Fault.FOREIGN_STREAM_WRITE: "LMCache PR #2671: a swap-in is written on a stream the worker's "
+    "event does not cover",
+    Fault.REUSE_STAGING_BUFFER: "TensorRT-LLM PR #15546: the pinned staging buffer is refilled "
+    "while the copy out of it is in flight",
+    Fault.V1_WRONG_LAYER_EVENT: "Cache Manager V1's per-layer wait (FastDeploy PR #7097, "
+    "LayerDoneCounter.wait_for_layer) is off by one: layer l waits on layer l-1's event, so "
+    "its attention reads blocks whose layer-l copy is still in flight",
+    Fault.LOAD_BACK_UNFENCED: "SGLang PR #36738: a load back from the host tier is not fenced "
+    "behind the forward that still uses the blocks it overwrites (a finishing request's "
+    "blocks, which overlap scheduling hands to the load while its last step runs)",
+    Fault.COMPUTE_RACES_STORE: "SGLang #20611: under memory pressure V1 writes the blocks a step "
+    "fills back to the host, and the copy does not wait for the kernel that writes them",
+    Fault.SHARED_PREFIX_STREAMS: "LMCache PR #2706: a load places its pieces from the transfer "
+    "chunk's boundary instead of from the first block not on the device, so with a chunk that "
+    "is not the block size it writes into a prefix block another request holds and reads "
+    "(LMCache's tests missed it: their chunk was the block size)",
+}
+#: the settings each fault needs (it turns them on itself; docs/engine.md, "Faults")
 _FAULT_NEEDS: dict[Fault, dict] = {
-    Fault.STORE_BEFORE_COMPUTE_DONE: dict(store_on_fill=True),
-    Fault.REUSE_STAGING_BUFFER: dict(swap_in=SwapIn.ASYNC),
+    Fault.STORE_BEFORE_COMPUTE_DONE: {"device_async": True, "store_on_fill": True},
+    Fault.FOREIGN_STREAM_WRITE: {"device_async": True},
+    Fault.REUSE_STAGING_BUFFER: {"device_async": True, "swap_in": SwapIn.ASYNC},
+    **{fault: {"cache_manager": CacheManagerMode.V1} for fault in V1_FAULTS},
+    Fault.SHARED_PREFIX_STREAMS: {"cache_manager": CacheManagerMode.V1, "chunk_tokens": 24},
+}
+#: the load each fault's reproduction runs under (``make regress``, the tests, the GPU check),
+#: as the field's bugs showed only under pressure: a device pool half the prefixes' size;
+#: prefixes shared at many lengths, and enough requests that a shared block is being read
+#: while the load lands (LMCache's single-request test had too little concurrency)
+FAULT_PRESSURE: dict[Fault, dict] = {
+    Fault.COMPUTE_RACES_STORE: {"workload": "swap-heavy"},
+    Fault.LOAD_BACK_UNFENCED: {"workload": "swap-heavy"},
+    Fault.SHARED_PREFIX_STREAMS: {"workload": "nested-prefix", "requests": 48},
+}
+#: where a fault's delay widens its window: before each copy (default), in the worker's forward
+#: (a slow kernel the copy should have waited for), or nowhere (the fault needs no window)
+_FAULT_WINDOW: dict[Fault, str | None] = {
+    Fault.STORE_BEFORE_COMPUTE_DONE: "in-forward",
+    Fault.COMPUTE_RACES_STORE: "in-forward",
+    Fault.LOAD_BACK_UNFENCED: "in-forward",
+    Fault.SHARED_PREFIX_STREAMS: None,
 }
 
 
-def fault_settings(fault: str) -> dict:
-    """The EngineConfig settings under which ``fault`` runs: none for the synchronous engine's
-    faults; ``device_async`` (and what else it needs) for the asynchronous engine's."""
-    if fault not in ASYNC_FAULTS:
-        return {}
-    return {"device_async": True, **_FAULT_NEEDS.get(fault, {})}
+def fault_modes(cfg: EngineConfig) -> dict:
+    """The settings ``cfg``'s fault turned on, as they are in ``cfg`` (run.json, the report)."""
+    return {name: getattr(cfg, name) for name in fault_settings(cfg.fault)}
+
+
+def fault_settings(fault: Fault | str | None) -> dict:
+    """The EngineConfig settings ``fault`` needs (and turns on itself): none for the
+    synchronous engine's faults; ``device_async`` (and what else it needs) for the
+    asynchronous engine's; ``cache_manager="v1"`` for V1's."""
+    return dict(_FAULT_NEEDS.get(fault, {})) if fault else {}
 
 
 class DeprecatedSetting(FutureWarning):
@@ -61,6 +119,11 @@ class EngineConfig:
     #: experts each DP group's worker holds under ``ep``
     experts_per_rank: int = 2
     swap_in: SwapIn = SwapIn.SYNC
+    #: the cache manager's design (:class:`~fdprof.semconv.CacheManagerMode`)
+    cache_manager: CacheManagerMode = CacheManagerMode.OLD
+    #: Cache Manager V1's transfer chunk in tokens (None: the block size); a copy is split at
+    #: chunk boundaries of the request's tokens, as LMCache moves chunks of 256
+    chunk_tokens: int | None = None
     fault: Fault | None = None
     #: asynchronous device work (docs/engine.md, "Asynchronous device work"): the worker's
     #: forward pass and the transfer's copies are queued on streams and ordered by events
@@ -96,13 +159,17 @@ class EngineConfig:
 
     def __post_init__(self) -> None:
         # the modes as their enums, whether given as members or as their strings (run.json)
-        for name, kind in (("kv_lock", LockMode), ("swap_in", SwapIn), ("fault", Fault)):
+        modes = (("kv_lock", LockMode), ("swap_in", SwapIn), ("cache_manager", CacheManagerMode),
+                 ("fault", Fault))  # fmt: skip
+        for name, kind in modes:
             value = getattr(self, name)
             if value is None and name == "fault":
                 continue
             if value not in tuple(kind):
                 raise FdprofError(f"--{name.replace('_', '-')} must be one of {', '.join(kind)}")
             object.__setattr__(self, name, kind(value))
+        self._turn_on_fault_needs()
+        v1 = self.v1
         checks = [
             (self.device in DEVICES, f"--device must be one of {', '.join(DEVICES)}"),
             (self.workload in WORKLOADS, f"--workload must be one of {', '.join(WORKLOADS)}"),
@@ -141,16 +208,17 @@ class EngineConfig:
                 "--device-async runs with --tp 1 and without --ep",
             ),
             (
-                self.fault not in ASYNC_FAULTS or self.device_async,
-                f"--fault {self.fault} needs --device-async",
+                not v1 or (self.swap_in == SwapIn.SYNC and not self.device_async),
+                "--cache-manager v1 runs without --swap-in async and --device-async (its "
+                "swap-ins are asynchronous by design; its worker waits per layer)",
             ),
             (
-                self.fault != Fault.STORE_BEFORE_COMPUTE_DONE or self.store_on_fill,
-                "--fault store-before-compute-done needs --store-on-fill",
+                self.chunk_tokens is None or self.chunk_tokens >= 1,
+                "--chunk-tokens must be at least 1",
             ),
             (
-                self.fault != Fault.REUSE_STAGING_BUFFER or self.swap_in == SwapIn.ASYNC,
-                "--fault reuse-staging-buffer needs --swap-in async (swap-ins overlap only there)",
+                self.fault is None or (self.fault in V1_FAULTS) == v1,
+                f"--fault {self.fault} runs on the old cache manager",
             ),
             (self.max_new_tokens >= 1, "max_new_tokens must be at least 1"),
             (self.heads % self.kv_heads == 0, "heads must be a multiple of kv_heads"),
@@ -159,6 +227,34 @@ class EngineConfig:
             if not ok:
                 raise FdprofError(message)
 
+    def _turn_on_fault_needs(self) -> None:
+        """Turn on the settings this config's fault needs (a fault runs as ``fdprof run
+        --fault NAME`` alone); a transfer chunk other than the block size is kept (what
+        shared-prefix-streams needs is only that it is not the block size)."""
+        for name, value in fault_settings(self.fault).items():
+            if name != "chunk_tokens" or self.chunk == self.block_size:
+                object.__setattr__(self, name, value)
+
+    @property
+    def chunk(self) -> int:
+        """Cache Manager V1's transfer chunk in tokens."""
+        return self.chunk_tokens or self.block_size
+
+    @property
+    def v1(self) -> bool:
+        return self.cache_manager == CacheManagerMode.V1
+
+    @property
+    def event_kinds(self) -> tuple[str, ...]:
+        """The kinds of shared event (:mod:`fdprof.engine.streams`) each TP rank of this engine
+        has, in the order the set-up message carries them: none on the synchronous old path."""
+        if self.v1:
+            layers = (S.layer_loaded_event(layer) for layer in range(self.layers))
+            return (S.COMPUTE_DONE_EVENT, *layers)
+        if self.device_async:
+            return (S.COMPUTE_DONE_EVENT, S.SWAP_IN_EVENT)
+        return ()
+
     @property
     def fault_delay_s(self) -> float:
         if self.fault_delay_ms is not None:
@@ -166,16 +262,21 @@ class EngineConfig:
         return 0.15 if self.fault else 0.0
 
     @property
+    def _window(self) -> str | None:
+        return _FAULT_WINDOW.get(self.fault, "before-copy") if self.fault else None
+
+    @property
     def copy_delay_s(self) -> float:
-        """How long the transfer waits before each copy; store-before-compute-done slows the
-        worker's forward pass instead (a slow kernel the store should have waited for)."""
-        return 0.0 if self.fault == Fault.STORE_BEFORE_COMPUTE_DONE else self.fault_delay_s
+        """How long the transfer waits before each copy (V1: before each layer's copy of a
+        swap-in, a share of it); some faults slow the worker's forward instead (a slow kernel
+        the copy should have waited for), shared-prefix-streams nothing."""
+        return self.fault_delay_s if self._window == "before-copy" else 0.0
 
     @property
     def compute_delay_s(self) -> float:
         """How long the worker's forward waits (on its stream) before a step that fills
-        blocks: store-before-compute-done's window."""
-        return self.fault_delay_s if self.fault == Fault.STORE_BEFORE_COMPUTE_DONE else 0.0
+        blocks: the window of the faults whose copy should have waited for the kernel."""
+        return self.fault_delay_s if self._window == "in-forward" else 0.0
 
     @property
     def locked(self) -> bool:

@@ -58,8 +58,11 @@ from fdprof import probe as fdprobe
 from fdprof import semconv as S
 from fdprof.probe import Name, Probe, event_object
 
-#: how often a waiter on a shared event looks at its slot
+#: how often a waiter on a shared event looks at its slot: first after SHARED_POLL_S, then
+#: twice as long each time up to SHARED_POLL_MAX_S, so a short wait stays short and a long one
+#: (a copy waiting for a whole step) does not spin a core at 5 kHz on a small machine
 SHARED_POLL_S = 0.0002
+SHARED_POLL_MAX_S = 0.002
 
 
 class DeviceError(RuntimeError):
@@ -242,8 +245,22 @@ class SharedEvent(Event):
         return int(self._slot[0]) >= generation
 
     def _poll(self, generation: int) -> None:
+        delay = SHARED_POLL_S
         while not self._reached(generation):
-            time.sleep(SHARED_POLL_S)
+            time.sleep(delay)
+            delay = min(2 * delay, SHARED_POLL_MAX_S)
+
+    def record_host(self, generation: int) -> None:
+        """Record ``generation`` from the host, after everything this thread has done so far
+        (a synchronous worker's step, which ran on the host or on the current stream): the
+        thread releases the event's object there, then publishes the generation."""
+        self._mark_host()
+        generation = self._next_record(generation)
+        self._probe.release(self.obj, generation)
+        self._publish(generation)
+
+    def _mark_host(self) -> None:
+        """CUDA: record the device event on the current stream (CPU: nothing is queued)."""
 
 
 class CpuSharedEvent(SharedEvent):
@@ -388,6 +405,9 @@ class CudaSharedEvent(SharedEvent):
     def __init__(self, probe: Probe, name: str, slot: Path, torch_event: Any) -> None:
         super().__init__(probe, name, slot)
         self.torch_event = torch_event
+
+    def _mark_host(self) -> None:
+        self.torch_event.record(torch.cuda.current_stream())
 
     def _host_wait(self, generation: int) -> None:
         self._poll(generation)

@@ -25,7 +25,7 @@ from typing import Any, Protocol
 
 from fdprof import files, interrupts, settings
 from fdprof import semconv as S
-from fdprof.engine.config import EngineConfig
+from fdprof.engine.config import EngineConfig, fault_modes
 from fdprof.engine.hosts import Hosts
 from fdprof.engine.ipc import Control, RunPaths, SwapSignal, create_shm_file, remove_stale
 from fdprof.engine.process import GroupQueues, ProcessContext, child_main
@@ -202,9 +202,8 @@ def _create_shared(cfg: EngineConfig, paths: RunPaths) -> Control:
     for rank in range(cfg.dp):
         for t in range(cfg.tp):
             SwapSignal(paths.signal(rank, t), create=True)
-            if cfg.device_async:
-                for kind in (S.COMPUTE_DONE_EVENT, S.SWAP_IN_EVENT):
-                    create_shm_file(paths.event(kind, rank, t), 8)
+            for kind in cfg.event_kinds:
+                create_shm_file(paths.event(kind, rank, t), 8)
         if cfg.locked:
             create_shm_file(paths.lock(rank), 0)
     return control
@@ -241,6 +240,8 @@ def _results(cfg: EngineConfig, group: _Group, wall_s: float, run_dir: Path) -> 
         integrity=IntegrityStats.total(checkers),
         trace=str(run_dir),
         outputs={rid: toks for e in engines for rid, toks in sorted(e.outputs.items())},
+        cache_manager=cfg.cache_manager,
+        fault_modes=fault_modes(cfg),
     )
 
 

@@ -11,6 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 Fingerprint = tuple[int, ...]
+#: part of a block copied: (host block, first host token, device block, first device token,
+#: tokens)
+Piece = tuple[int, int, int, int, int]
 
 #: above every DP group's task ids and step numbers (``dp_rank * 10**9 + n``)
 TP_SEQ_STRIDE = 10**12
@@ -32,9 +35,14 @@ class SwapTask:
     cpu_blocks: list[int]
     fps: list[Fingerprint]
     traceparent: str = ""
-    #: asynchronous engine: the step (sequence number) whose forward pass the copy must wait
-    #: for before it reads (a store of the blocks that step fills); 0: none
+    #: asynchronous engine and Cache Manager V1: the step (sequence number) whose forward pass
+    #: the copy must wait for: a store of the blocks that step fills, a V1 load into blocks
+    #: that step may still use; 0: none
     after_step: int = 0
+    #: Cache Manager V1's loads: the copy as ``(host block, host token, device block, device
+    #: token, tokens)`` pieces, split at transfer-chunk boundaries; empty: whole blocks
+    #: (``cpu_blocks[i]`` to ``gpu_blocks[i]``)
+    pieces: list[Piece] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

@@ -24,8 +24,10 @@ with no tokens (:meth:`Decoder.join_empty`), so the collectives stay matched.
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 
 import torch
@@ -207,9 +209,16 @@ class Decoder:
         for p in self.layers:
             self._experts(p, x)
 
-    def forward_paged(self, pool: torch.Tensor, seqs: list[SeqInput]) -> torch.Tensor:
+    def forward_paged(
+        self,
+        pool: torch.Tensor,
+        seqs: list[SeqInput],
+        around_layer: Callable[[int], AbstractContextManager] | None = None,
+    ) -> torch.Tensor:
         """Write the K/V of every sequence's new tokens into its blocks, attend over the blocks,
-        and return the logits of each sequence's last token ``[len(seqs), vocab]``."""
+        and return the logits of each sequence's last token ``[len(seqs), vocab]``.
+        ``around_layer(l)``, if given, wraps layer ``l``'s accesses to the pool (Cache Manager
+        V1's worker waits there for the layer's swap-in and records the layer's span)."""
         bs = self.cfg.block_size
         dev = self.device
         tokens, pos, blocks, offs = [], [], [], []
@@ -225,6 +234,10 @@ class Decoder:
         tables = [torch.tensor(s.block_table, device=dev) for s in seqs]
 
         def attend(li: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+            with around_layer(li) if around_layer else contextlib.nullcontext():
+                return attend_paged(li, q, k, v)
+
+        def attend_paged(li: int, q, k, v) -> torch.Tensor:
             kc, vc = pool[li, 0], pool[li, 1]
             kc[blk, off] = k
             vc[blk, off] = v

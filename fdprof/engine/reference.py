@@ -11,6 +11,7 @@ from pathlib import Path
 from fdprof import semconv as S
 from fdprof.engine.config import EngineConfig
 from fdprof.engine.results import ReferenceCheck, RunResults
+from fdprof.engine.workloads import without_swaps
 
 #: the reference run's directory inside the run directory
 REFERENCE_DIR = "reference"
@@ -19,13 +20,19 @@ TOKENS_FILE = "tokens.json"
 
 
 def reference_config(cfg: EngineConfig) -> EngineConfig:
-    """``cfg`` without swaps, faults or lock (the lock changes timing, never tokens)."""
-    return cfg.with_(
-        workload="no-swap",
+    """``cfg`` without swaps, faults or lock, on the synchronous old path: the lock, the cache
+    manager and asynchronous device work change timing, never tokens (so runs that differ only
+    in them share a reference)."""
+    return without_swaps(cfg).with_(
         fault=None,
         fault_delay_ms=None,
         kv_lock=S.LockMode.NONE,
         swap_in=S.SwapIn.SYNC,
+        cache_manager=S.CacheManagerMode.OLD,
+        chunk_tokens=None,
+        device_async=False,
+        sync_before_unlock=False,
+        store_on_fill=False,
     )
 
 

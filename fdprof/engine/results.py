@@ -10,6 +10,8 @@ from typing import TypeVar
 
 import numpy as np
 
+from fdprof.semconv import CacheManagerMode
+
 C = TypeVar("C", bound="Counts")
 
 
@@ -115,6 +117,10 @@ class RunResults:
     outputs: dict[int, list[int]] = field(default_factory=dict, repr=False)
     #: the tokens compared with a run of the same seed without swaps (``--reference``)
     reference: ReferenceCheck | None = None
+    #: the cache manager's design (:class:`~fdprof.semconv.CacheManagerMode`)
+    cache_manager: str = CacheManagerMode.OLD
+    #: the settings the fault turned on itself (``{"device_async": true, ...}``; empty: none)
+    fault_modes: dict = field(default_factory=dict)
 
     def to_json(self) -> dict:
         out = {k: getattr(self, k) for k in self.__dataclass_fields__ if k != "outputs"}

@@ -6,7 +6,11 @@ through the cache manager), ``schedule()`` returns the next :class:`Batch` (or N
 request is ready), ``update(batch, result)`` applies a :class:`StepResult`. With
 ``--swap-in async`` a request whose prefix is coming back from the host waits in its own state
 (``loading``, vLLM's WAITING_FOR_REMOTE_KVS) until its swap-in has completed, while the others
-keep running; synchronously, admission itself waits. No queue, process
+keep running; synchronously, admission itself waits. With Cache Manager V1 a request joins the
+next batch at once (its forward waits per layer), and a request whose last step is dispatched
+leaves its batch slot at once (overlap scheduling: the next request is admitted while that step
+runs, and a load may take its blocks, fenced behind the step). No
+queue, process
 or thread lives here: the server (``engine/server.py``) moves batches and results, and unit
 tests drive the scheduler with results they build by hand. Requests get all their blocks at
 admission, so nothing is ever preempted.
@@ -42,6 +46,9 @@ class Request:
     num_registered: int = 0
     entries: list[Entry] = field(default_factory=list)
     checked: bool = False
+    #: V1: its last step is dispatched; its slot is free and its blocks are given back once
+    #: that step's result is in (:meth:`CacheManager.release_after`)
+    released: bool = False
 
     @property
     def tokens(self) -> list[int]:
@@ -88,7 +95,8 @@ class Scheduler:
 
     @property
     def admitted(self) -> int:
-        return len(self.running) + len(self.loading)
+        """Requests holding a batch slot (not those whose last step is already dispatched)."""
+        return sum(not r.released for r in self.running) + len(self.loading)
 
     @property
     def finished(self) -> int:
@@ -124,17 +132,21 @@ class Scheduler:
 
     def schedule(self) -> Batch | None:
         """The next step's batch: every running request's uncomputed tokens (a request whose
-        swap-in has completed since joins them); None if none."""
+        swap-in has completed since joins them); None if none. V1 releases the requests this
+        step finishes as it is dispatched (their blocks come back with its result)."""
         if self.loading:
             self.cm.poll_loads()
             ready = [r for r in self.loading if self.cm.ready(r.adm)]
             self.loading = [r for r in self.loading if r not in ready]
             self.running += ready
+        elif self.cm.loads_in_flight:  # V1: nobody waits; the host copies are dropped when done
+            self.cm.poll_loads()
         if not self.running:
             return None
         p = probe.get()
-        seqs, after_swap_in = [], 0
+        seqs, after_swap_in, finishing = [], 0, []
         bs = self.cfg.block_size
+        store = self.cfg.store_on_fill or self.cm.writes_back
         store_blocks: list[int] = []
         store_hashes: list[bytes] = []
         for r in self.running:
@@ -142,7 +154,10 @@ class Scheduler:
             r.checked = True
             if check:
                 after_swap_in = max(after_swap_in, r.adm.swap_in_task)
-            if self.cfg.store_on_fill:
+            last = self.cfg.v1 and len(r.outputs) + 1 >= r.spec.max_new_tokens
+            if last:
+                finishing.append(r)
+            elif store:
                 full = len(r.tokens) // bs  # every token of this step is an input by now
                 if full > r.num_registered:
                     store_hashes += block_hashes(r.tokens, bs, limit=full)[r.num_registered :]
@@ -160,10 +175,15 @@ class Scheduler:
             )
         self.steps += 1
         batch = Batch(self.steps, self.rank * SEQ_STRIDE + self.steps, seqs, after_swap_in)
-        if self.cfg.store_on_fill:
+        for r in finishing:
+            held = self._held(r)
+            own = [b for b in r.adm.table if b not in held]
+            self.cm.release_after(batch.seq, r.entries, own)
+            r.released = True
+        if self.cm.storing:
             self.cm.poll_stores()
-            if store_blocks:
-                self.cm.store_filled(batch.seq, store_blocks, store_hashes)
+        if store_blocks:
+            self.cm.store_filled(batch.seq, store_blocks, store_hashes)
         return batch
 
     def update(self, batch: Batch, result: StepResult) -> list[int]:
@@ -171,6 +191,7 @@ class Scheduler:
         the prefix cache; returns the ids of the requests that finished."""
         if result.seq != batch.seq or len(result.next_tokens) != len(batch.seqs):
             raise ValueError(f"result of step {result.step} does not answer step {batch.step}")
+        self.cm.step_done(result.seq)
         by_id = {r.spec.request_id: r for r in self.running}
         bs = self.cfg.block_size
         done = []
@@ -181,7 +202,7 @@ class Scheduler:
             if len(r.outputs) == 1:
                 probe.get().set_int(r.span, H.FIRST_TOKEN_NS, time.time_ns())
             full = r.num_computed // bs
-            if full > r.num_registered:
+            if full > r.num_registered and not r.released:
                 hashes = block_hashes(r.tokens, bs, limit=full)[r.num_registered :]
                 blocks = r.adm.table[r.num_registered : full]
                 fps = [result.filled[b] for b in blocks]
@@ -192,9 +213,15 @@ class Scheduler:
                 done.append(r.spec.request_id)
         return done
 
+    @staticmethod
+    def _held(r: Request) -> set[int]:
+        """The device blocks of ``r``'s cached entries (not its own)."""
+        return {e.loading_to if e.gpu is None else e.gpu for e in r.entries}
+
     def _finish(self, r: Request) -> None:
-        held = {e.gpu for e in r.entries}
-        self.cm.release(r.entries, [b for b in r.adm.table if b not in held])
+        if not r.released:  # (V1: given back by the cache manager with its last step's result)
+            held = self._held(r)
+            self.cm.release(r.entries, [b for b in r.adm.table if b not in held])
         self.generated += len(r.outputs)
         self.outputs[r.spec.request_id] = list(r.outputs)
         self.running.remove(r)

@@ -16,6 +16,7 @@ from fdprof import probe
 from fdprof import semconv as S
 from fdprof.engine.cache_manager import CacheManager
 from fdprof.engine.ipc import (
+    POLL_S,
     Control,
     KvLock,
     PerThreadKvLock,
@@ -33,6 +34,8 @@ from fdprof.probe import handles as H
 
 #: longest the scheduler waits for one eviction pass (a pass that cannot free enough ends early)
 ROOM_WAIT_S = 2.0
+#: V1: the eviction thread polls its swap-outs' completions at POLL_S, backing off to this
+EVICTION_POLL_MAX_S = 0.002
 
 
 class BackgroundEviction:
@@ -94,6 +97,11 @@ class BackgroundEviction:
                     this = self._started
                 while not self._done.is_set() and self._cm.evict_once(self._room_made):
                     pass
+                delay = POLL_S
+                while not self._done.is_set() and self._cm.evicting:  # V1: until they land
+                    time.sleep(delay)
+                    delay = min(2 * delay, EVICTION_POLL_MAX_S)
+                    self._cm.poll_evictions()
                 with self._passes:
                     self._finished = this
                     self._passes.notify_all()
@@ -178,7 +186,11 @@ def serve(ctx: ProcessContext) -> EngineStats:
         if control.stopping:
             raise Stopped
     # the requests arrive now (their spans begin here), once every process is up
-    sched = Scheduler(ctx.cfg, ctx.rank, specs, cache, eviction.wait_for_room)
+    # V1 without the lock never waits for room on the scheduler thread: a request that does not
+    # fit stays queued while the eviction thread frees blocks in the background, so the next
+    # step is dispatched at once (waiting there would idle the worker)
+    no_wait = ctx.cfg.v1 and not ctx.cfg.locked
+    sched = Scheduler(ctx.cfg, ctx.rank, specs, cache, None if no_wait else eviction.wait_for_room)
     eviction.start()
     try:
         step_ns = run_steps(sched, eviction, ctx, control)

@@ -7,7 +7,8 @@ creation there (PR #6144). Swap tasks run on two single-thread executors, one pe
 of consecutive blocks into one call that covers all layers (``swap_cache_all_layers``), on the
 direction's own stream on CUDA, synchronised before completion is signalled; every copy is
 checked against the fingerprints the task carries. With ``--device-async`` the copies are
-queued on a copy stream per direction and ordered by events (:class:`AsyncCopies`).
+queued on a copy stream per direction and ordered by events (:class:`AsyncCopies`); with
+``--cache-manager v1`` too, loads layer by layer (:class:`LayeredCopies`).
 """
 
 from __future__ import annotations
@@ -155,7 +156,7 @@ class AsyncCopies:
         #: foreign-stream-write: swap-ins written on a stream of their own
         self.foreign = dev.stream() if self.cfg.fault == S.Fault.FOREIGN_STREAM_WRITE else None
         self.compute_done = events[S.COMPUTE_DONE_EVENT]
-        self.swapped_in = events[S.SWAP_IN_EVENT]
+        self.swapped_in = events.get(S.SWAP_IN_EVENT)
         self.copied_out = dev.event()
         self.staging_free = dev.event()
         self.staging = list(range(self.cfg.cpu_blocks, self.cfg.cpu_blocks + self.cfg.gpu_blocks))
@@ -169,48 +170,48 @@ class AsyncCopies:
     def launch(self, task: SwapTask, sid: int, signal_seq: int | None) -> None:
         """Queue ``task``'s copy (host span ``sid``) and hand its completion on; signal
         ``signal_seq`` once the copy's event has completed (None: already signalled)."""
-        p = probe.get()
-        t, cfg = self.t, self.cfg
-        stream = self.streams[task.direction]
+        t = self.t
         expected = [fp[t.tp_rank] for fp in task.fps]
-        if task.direction == S.TO_CPU:
-            if task.after_step and cfg.fault != S.Fault.STORE_BEFORE_COMPUTE_DONE:
-                stream.wait(self.compute_done, task.after_step)
-            target, src, read_ids, dst = stream, t.dev, task.gpu_blocks, t.host
-            read_key, write_key, written = H.KV_GPU_READ, H.KV_CPU_WRITE, task.cpu_blocks
-        else:
-            target, src, read_ids = stream, t.host, task.cpu_blocks
-            if self.foreign is not None:
-                target = self.foreign  # the bug: no event of this stream is waited on
-            else:
-                read_ids = self._stage(task, sid)
-            dst, read_key, write_key, written = (
-                t.dev,
-                H.KV_CPU_READ,
-                H.KV_GPU_WRITE,
-                task.gpu_blocks,
-            )
-        out: dict = {}
-        checker = t.integrity[task.direction]
-        args = (src, dst, read_ids, written, expected, checker, out)
-        dsid = target.launch(H.SWAP_COPY, self._copy, *args, parent=sid)
-        p.set_int(dsid, H.SWAP_TASK_ID, task.task_id)
-        p.set_ints(dsid, read_key, read_ids)
-        p.set_ints(dsid, write_key, written)
-        if task.direction == S.TO_CPU:
-            stream.record(self.copied_out)
-            event, generation = self.copied_out, self.copied_out.generation
-        else:
-            if target is stream:
-                stream.record(self.staging_free)
-            stream.record(self.swapped_in, task.task_id)
-            event, generation = self.swapped_in, task.task_id
+        checker, out = t.integrity[task.direction], {}
+        launch = self._launch_store if task.direction == S.TO_CPU else self._launch_load
+        dsid, event, generation = launch(task, sid, expected, checker, out)
         done = self.completions[task.direction].submit(
             self._complete, event, generation, dsid, out, signal_seq
         )
         for f in [f for f in self.pending if f.done()]:
             f.result()  # a failed completion raises here
         self.pending = [f for f in self.pending if not f.done()] + [done]
+
+    def _launch_store(self, task: SwapTask, sid: int, expected, checker, out):
+        """A device-to-host copy on the output stream, after the compute-done event of the step
+        whose blocks it reads (``after_step``), unless the fault forgets that wait; its event
+        and generation."""
+        t, stream = self.t, self.streams[S.TO_CPU]
+        if task.after_step and self.cfg.fault not in UNFENCED_STORE_FAULTS:
+            stream.wait(self.compute_done, task.after_step)
+        args = (t.dev, t.host, task.gpu_blocks, task.cpu_blocks, expected, checker, out)
+        dsid = stream.launch(H.SWAP_COPY, self._copy, *args, parent=sid)
+        read, written = (H.KV_GPU_READ, task.gpu_blocks), (H.KV_CPU_WRITE, task.cpu_blocks)
+        _describe(dsid, task.task_id, read, written)
+        stream.record(self.copied_out)
+        return dsid, self.copied_out, self.copied_out.generation
+
+    def _launch_load(self, task: SwapTask, sid: int, expected, checker, out):
+        """A host-to-device copy: staged, then copied on the swap-in stream (foreign-stream-write:
+        on a stream of its own), recording the swap-in event at the task id."""
+        t, stream = self.t, self.streams[S.TO_GPU]
+        target, read_ids = stream, task.cpu_blocks
+        if self.foreign is not None:
+            target = self.foreign  # the bug: no event of this stream is waited on
+        else:
+            read_ids = self._stage(task, sid)
+        args = (t.host, t.dev, read_ids, task.gpu_blocks, expected, checker, out)
+        dsid = target.launch(H.SWAP_COPY, self._copy, *args, parent=sid)
+        _describe(dsid, task.task_id, (H.KV_CPU_READ, read_ids), (H.KV_GPU_WRITE, task.gpu_blocks))
+        if target is stream:
+            stream.record(self.staging_free)
+        stream.record(self.swapped_in, task.task_id)
+        return dsid, self.swapped_in, task.task_id
 
     def _stage(self, task: SwapTask, sid: int) -> list[int]:
         """Copy the task's host blocks into the staging buffer (on the host, once the copy out
@@ -264,14 +265,81 @@ class AsyncCopies:
             f.result()  # a failed copy raises here
 
 
+class LayeredCopies(AsyncCopies):
+    """Cache Manager V1's copies (docs/engine.md, "Cache Manager V1"): a load is copied layer
+    by layer on the input stream (the swap-in stream), in the task's pieces (split at transfer
+    chunks), each layer's copy followed by a record of that layer's event at the task id, so
+    the worker's layer ``l`` waits for exactly its layer; a load into blocks a step still in
+    flight may use first waits on that step's compute-done event (SGLang's fence of the load
+    behind the forward stream). Stores run on the output stream as the asynchronous engine's
+    do: nothing on the host waits for them but the completion thread."""
+
+    def __init__(self, transfer: Transfer, dev: Device, events: dict[str, SharedEvent]) -> None:
+        super().__init__(transfer, dev, events)
+        layers = range(self.cfg.layers)
+        self.layer_loaded = [events[S.layer_loaded_event(layer)] for layer in layers]
+
+    def _launch_load(self, task: SwapTask, sid: int, expected, checker, out):
+        cfg, stream = self.cfg, self.streams[S.TO_GPU]
+        if task.after_step and cfg.fault != S.Fault.LOAD_BACK_UNFENCED:
+            stream.wait(self.compute_done, task.after_step)
+        whole = zip(task.cpu_blocks, task.gpu_blocks, strict=True)
+        pieces = task.pieces or [(c, 0, g, 0, cfg.block_size) for c, g in whole]
+        read = (H.KV_CPU_READ, sorted({piece[0] for piece in pieces}))
+        written = (H.KV_GPU_WRITE, sorted({piece[2] for piece in pieces}))
+        last = cfg.layers - 1
+        for layer in range(cfg.layers):
+            check = (task.gpu_blocks, expected, checker) if layer == last and expected else None
+            dsid = stream.launch(H.SWAP_COPY, self._copy_layer, layer, pieces,
+                                 len(task.gpu_blocks), check, out, parent=sid)  # fmt: skip
+            _describe(dsid, task.task_id, read, written)
+            probe.get().set_ints(dsid, H.KV_LAYERS, [layer, layer + 1])
+            stream.record(self.layer_loaded[layer], task.task_id)
+        return dsid, self.layer_loaded[last], task.task_id
+
+    def _copy_layer(self, layer: int, pieces, blocks: int, check, out: dict) -> None:
+        """One layer of a load (on the input stream): its share of the fault's delay, its
+        pieces at the link's pace; after the last layer, the blocks checked against their
+        fingerprints."""
+        cfg, src, dst = self.cfg, self.t.host, self.t.dev
+        try:
+            with torch.inference_mode():
+                if cfg.copy_delay_s:
+                    time.sleep(cfg.copy_delay_s / cfg.layers)
+                t0 = time.monotonic()
+                for hb, ht, db, dt, n in pieces:
+                    dst[layer, :, db, dt : dt + n].copy_(src[layer, :, hb, ht : ht + n],
+                                                         non_blocking=True)  # fmt: skip
+                self.t.pace(blocks / cfg.layers, t0)
+                if check is not None:
+                    ids, expected, checker = check
+                    out["bad"] = checker.check(dst, ids, expected)
+        except BaseException as exc:  # noqa: BLE001 - raised on the host by _complete
+            out["error"] = exc
+
+
+#: faults whose store does not wait for the kernel that writes its blocks
+UNFENCED_STORE_FAULTS = (S.Fault.STORE_BEFORE_COMPUTE_DONE, S.Fault.COMPUTE_RACES_STORE)
+
+
+def _describe(dsid: int, task_id: int, *accesses: tuple) -> None:
+    """A device copy's attributes: its task and its ``(key, block ids)`` accesses."""
+    p = probe.get()
+    p.set_int(dsid, H.SWAP_TASK_ID, task_id)
+    for key, ids in accesses:
+        p.set_ints(dsid, key, ids)
+
+
 def serve(ctx: ProcessContext) -> WorkerStats:
     torch.set_num_threads(1)
     device = resolve_device(ctx.cfg.device)
-    ipc = ipc_events(device) if ctx.cfg.device_async else None
+    kinds = ctx.cfg.event_kinds
+    ipc = ipc_events(device, kinds)
     transfer = Transfer(ctx, device, create_device_cache(ctx, device, ipc))
-    if ctx.cfg.device_async:
+    if kinds:
         dev = open_device(device)
-        transfer.copies = AsyncCopies(transfer, dev, shared_events(dev, ctx, ipc))
+        copies = LayeredCopies if ctx.cfg.v1 else AsyncCopies
+        transfer.copies = copies(transfer, dev, shared_events(dev, ctx, ipc))
     p = probe.get()
     p.name_thread("transfer")
     ctx.report("ready", S.ROLE_TRANSFER, {"device": device, "kv_cache": "owner"})

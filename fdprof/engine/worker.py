@@ -13,6 +13,12 @@ compute-done event) and returns; the lock is released then (or, with ``--sync-be
 after the stream has been synchronised), and the host waits on the compute-done event before
 it reads the step's tokens and sends the result.
 
+With Cache Manager V1 (:class:`LayeredWorker`) ``execute_model`` runs on the host as the
+synchronous worker's does, but waits for each layer's swap-in event just before that layer's
+attention (FastDeploy's ``LayerDoneCounter.wait_for_layer``), records each layer as a span with
+its KV accesses, checks whole blocks after the last layer, and records its rank's compute-done
+event at the step's sequence number once the step is done (the transfer's streams wait on it).
+
 Under expert parallelism the workers of all DP groups run in lockstep, as FastDeploy's do: each
 iteration they agree (one all-gather) whether anyone still has work, and a worker with no batch
 runs ``execute_model`` on an empty one, joining the expert exchanges with no tokens.
@@ -23,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import queue
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import torch
@@ -210,6 +217,69 @@ class AsyncWorker(Worker):
         return self._result(plan, out["tokens"].tolist(), out["fps"].tolist())
 
 
+class LayeredWorker(Worker):
+    """Cache Manager V1's worker: the forward pass runs on the host (so it works under TP and
+    EP, whose collectives run on the host), layer by layer, each layer after a wait on its
+    rank's swap-in event of that layer at the step's load (``Batch.after_swap_in``: loads
+    complete in task order on the transfer's one input stream). A host wait on CUDA too: it
+    orders what V1's stream wait orders and keeps the spans honest (the host does not run
+    ahead of the copy it waits for)."""
+
+    def __init__(self, ctx: ProcessContext, device: str, pool: torch.Tensor,
+                 events: dict[str, SharedEvent], tp_group: Collective | None = None,
+                 ep_group: Collective | None = None) -> None:  # fmt: skip
+        super().__init__(ctx, device, pool, tp_group, ep_group)
+        self.compute_done = events[S.COMPUTE_DONE_EVENT]
+        self.layer_loaded = [events[S.layer_loaded_event(li)] for li in range(ctx.cfg.layers)]
+
+    def wait_for_layer(self, layer: int, load: int) -> None:
+        """Block until layer ``layer`` of load ``load`` (a task id; 0: none) has landed.
+        v1-wrong-layer-event's off-by-one waits for the layer before it instead (layer 0: for
+        nothing), so layer ``l`` is read while its copy may still be in flight."""
+        if self.cfg.fault == S.Fault.V1_WRONG_LAYER_EVENT:
+            layer -= 1
+        if load and layer >= 0:
+            self.layer_loaded[layer].synchronize(load)
+
+    @contextlib.contextmanager
+    def _layer(self, parent: int, plan: StepPlan, layer: int) -> Iterator[None]:
+        """Around layer ``layer``'s attention: its wait, then its span and KV accesses."""
+        p = probe.get()
+        self.wait_for_layer(layer, plan.batch.after_swap_in)
+        with p.span(H.FORWARD_LAYER, parent) as sid:
+            p.set_int(sid, H.STEP_ID, plan.batch.step)
+            p.set_ints(sid, H.KV_LAYERS, [layer, layer + 1])
+            p.set_ints(sid, H.KV_GPU_READ, plan.reads)
+            p.set_ints(sid, H.KV_GPU_WRITE, plan.writes)
+            yield
+
+    @torch.inference_mode()
+    def execute_model(self, batch: Batch) -> StepResult | None:
+        if not batch.seqs:
+            return super().execute_model(batch)
+        p = probe.get()
+        plan = self._plan(batch)
+        with p.span(H.EXECUTE_MODEL) as sid:
+            self._describe(sid, plan)
+            if self.cfg.compute_delay_s and plan.filled:
+                time.sleep(self.cfg.compute_delay_s)  # the fault's slow kernel
+            logits = self.model.forward_paged(
+                self.pool, plan.seqs, lambda layer: self._layer(sid, plan, layer)
+            )
+            with p.span(H.KV_CHECK, sid) as cid:  # after every layer's wait: whole blocks
+                p.set_int(cid, H.STEP_ID, batch.step)
+                p.set_ints(cid, H.KV_GPU_READ, plan.reads_writes)
+                bad = self.integrity.check(self.pool, plan.check_blocks, plan.check_fps)
+                if bad:
+                    p.set_ints(cid, H.KV_MISMATCHES, bad)
+                self.integrity.count_nonfinite(logits)
+                self.integrity.count_nonfinite_blocks(self.pool, plan.reads_writes)
+                next_tokens = logits.argmax(-1).tolist()
+                fps = fingerprints(self.pool, plan.filled)
+            self.compute_done.record_host(batch.seq)
+        return self._result(plan, next_tokens, fps)
+
+
 def _groups(ctx: ProcessContext, device: str) -> tuple[Collective | None, Collective | None]:
     """This worker's TP group (its DP group's ranks) and EP group (every DP group's worker)."""
     cfg = ctx.cfg
@@ -279,7 +349,12 @@ def serve(ctx: ProcessContext) -> WorkerStats:
         tp_group = ep_group = None  # (--device-async runs with --tp 1, without --ep)
     else:
         tp_group, ep_group = _groups(ctx, device)
-        worker = Worker(ctx, device, pool, tp_group, ep_group)
+        if ctx.cfg.v1:
+            dev = open_device(device)
+            events = shared_events(dev, ctx, ipc)
+            worker = LayeredWorker(ctx, device, pool, events, tp_group, ep_group)
+        else:
+            worker = Worker(ctx, device, pool, tp_group, ep_group)
     loop = _Loop(ctx, worker)
     probe.get().name_thread("worker")
     ctx.report("ready", S.ROLE_WORKER, {"device": device, "kv_cache": "attached"})

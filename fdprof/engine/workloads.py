@@ -5,7 +5,11 @@ suffix; the prefixes together outgrow the device pool, so cached prefix blocks a
 host pool and swapped back in when a later request matches them. ``swap-heavy``: the same
 requests with a device pool half the prefixes' size, so evictions and swap-ins run all
 the time, often both at once. ``no-swap`` is the control (and the reference run): the same
-requests with a device pool large enough that nothing is ever evicted.
+requests with a device pool large enough that nothing is ever evicted. ``nested-prefix``: each
+request shares only the first 1 to 4 blocks of its family's prefix (a system prompt, then more
+or less of a shared context), so a family's later blocks are used by fewer requests, go cold
+first and are evicted while its first ones stay on the device: a request then finds its prefix
+partly on the device and partly on the host, as an engine with prefixes of many lengths does.
 """
 
 from __future__ import annotations
@@ -19,6 +23,8 @@ PREFIXES = 12
 PREFIX_BLOCKS = 4
 #: the device pool of ``swap-heavy``: room for a few requests and a few prefixes at a time
 SWAP_HEAVY_GPU_BLOCKS = 24
+#: the workload whose requests share prefixes of different lengths
+NESTED_PREFIX = "nested-prefix"
 
 
 @dataclass(frozen=True)
@@ -38,6 +44,8 @@ def make_requests(cfg: EngineConfig, dp_rank: int = 0) -> list[RequestSpec]:
     specs = []
     for rid in range(cfg.requests):
         prefix = prefixes[rng.randrange(PREFIXES)]
+        if cfg.workload == NESTED_PREFIX:
+            prefix = prefix[: rng.randint(1, PREFIX_BLOCKS) * cfg.block_size]
         suffix = [rng.randrange(cfg.vocab) for _ in range(rng.randint(4, 2 * cfg.block_size))]
         if rid % cfg.dp == dp_rank:
             specs.append(RequestSpec(rid, prefix + suffix, cfg.max_new_tokens))
@@ -57,7 +65,18 @@ def sized_for_workload(cfg: EngineConfig) -> EngineConfig:
         return cfg.with_(gpu_blocks=min(cfg.gpu_blocks, SWAP_HEAVY_GPU_BLOCKS))
     if cfg.workload != "no-swap":
         return cfg
-    need = PREFIXES * PREFIX_BLOCKS + sum(
-        blocks_for(cfg, s) for s in make_requests(cfg.with_(dp=1, ep=False))
-    )
-    return cfg.with_(gpu_blocks=max(cfg.gpu_blocks, need))
+    return cfg.with_(gpu_blocks=max(cfg.gpu_blocks, _no_eviction_blocks(cfg)))
+
+
+def without_swaps(cfg: EngineConfig) -> EngineConfig:
+    """``cfg``'s requests served from a device pool nothing is evicted from (the reference
+    run's): the ``no-swap`` workload, or for nested prefixes the same prompts, pool enlarged."""
+    if cfg.workload == NESTED_PREFIX:
+        return cfg.with_(gpu_blocks=max(cfg.gpu_blocks, _no_eviction_blocks(cfg)))
+    return cfg.with_(workload="no-swap")
+
+
+def _no_eviction_blocks(cfg: EngineConfig) -> int:
+    """Device blocks for every prefix and every request at once."""
+    requests = make_requests(cfg.with_(dp=1, ep=False))
+    return PREFIXES * PREFIX_BLOCKS + sum(blocks_for(cfg, s) for s in requests)

@@ -5,13 +5,15 @@ mode and fault: tests/test_validation.py.)"""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
 from fdprof import semconv as S
 from fdprof.analysis.device_time import device_overlap, on_device
 from fdprof.analysis.hazards import find_hazards
-from fdprof.engine.config import ASYNC_FAULTS, EngineConfig, fault_settings
+from fdprof.engine.config import ASYNC_FAULTS, EngineConfig, fault_modes, fault_settings
 from fdprof.errors import FdprofError
 from fdprof.trace import load
 from tests.cli import fdprof
@@ -99,12 +101,10 @@ def test_the_baseline_lock_covers_the_launch_and_not_the_kernel(tmp_path):
 @pytest.mark.parametrize(
     ("settings", "message"),
     [
-        ({"fault": "foreign-stream-write"}, "needs --device-async"),
         ({"store_on_fill": True}, "need --device-async"),
         ({"device_async": True, "store_on_fill": True, "kv_lock": "ipc"}, "--kv-lock none"),
         ({"device_async": True, "tp": 2}, "--tp 1"),
-        ({"device_async": True, "fault": "store-before-compute-done"}, "--store-on-fill"),
-        ({"device_async": True, "fault": "reuse-staging-buffer"}, "--swap-in async"),
+        ({"fault": "reuse-staging-buffer", "kv_lock": "ipc"}, "--swap-in async needs"),
     ],
 )
 def test_settings_the_async_engine_refuses(settings, message):
@@ -113,13 +113,18 @@ def test_settings_the_async_engine_refuses(settings, message):
 
 
 @pytest.mark.parametrize("fault", ASYNC_FAULTS)
-def test_each_async_fault_has_the_settings_it_needs(fault):
-    EngineConfig(fault=fault, **fault_settings(fault))
+def test_each_async_fault_turns_on_the_settings_it_needs(fault):
+    cfg = EngineConfig(fault=fault)
+    assert cfg.device_async and fault_modes(cfg) == fault_settings(fault)
 
 
-def test_the_cli_refuses_an_async_fault_without_its_settings(tmp_path):
-    result = fdprof("run", "--fault", "reuse-staging-buffer", "--device-async", "--out",
-                    tmp_path / "r")  # fmt: skip
-    assert result.returncode == 2
-    assert result.stderr.strip().splitlines()[-1].endswith("(swap-ins overlap only there)")
-    assert "Traceback" not in result.stderr
+def test_the_cli_says_which_modes_a_fault_turned_on(tmp_path):
+    """``fdprof run --fault reuse-staging-buffer`` alone: the fault turns on
+    ``--device-async --swap-in async``; run.json's config and the JSON output say so."""
+    result = fdprof("run", "--fault", "reuse-staging-buffer", "--json", "--requests", 4,
+                    "--workload", "no-swap", "--out", tmp_path / "r")  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    out = json.loads(result.stdout)
+    assert out["fault_modes"] == {"device_async": True, "swap_in": "async"}
+    config = json.loads((tmp_path / "r" / "run.json").read_text())["config"]
+    assert config["device_async"] and config["swap_in"] == "async"

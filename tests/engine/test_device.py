@@ -46,7 +46,7 @@ class Backend:
         return (lambda: gate.wait(30)), gate.set
 
 
-@pytest.fixture(params=["cpu", "cuda"])
+@pytest.fixture(params=["cpu", pytest.param("cuda", marks=pytest.mark.cuda)])
 def backend(request):
     if request.param == "cuda" and not torch.cuda.is_available():
         pytest.skip("no CUDA device")

@@ -1,6 +1,6 @@
 """``make regress``, short: one seed each of the baseline, the lockless engine with the
-asynchronous swap-in, DP=2 with EP, TP=2 (swapping heavily, both ways at once) and a seeded
-fault, checked four ways."""
+asynchronous swap-in, DP=2 with EP, TP=2, Cache Manager V1 (swapping heavily, both ways at
+once) and a seeded fault, checked four ways."""
 
 import pytest
 
@@ -18,7 +18,8 @@ def outcomes(tmp_path_factory):
 
 def test_correct_runs_are_intact_and_equal_to_the_reference(outcomes):
     correct = [o for o in outcomes if not o.case.faulty]
-    assert {o.case.name for o in correct} == {"ipc", "none async", "dp2-ep ipc", "tp2 ipc"}
+    assert {o.case.name for o in correct} == {"ipc", "none async", "dp2-ep ipc", "tp2 ipc",
+                                               "v1 none"}  # fmt: skip
     for o in correct:
         assert (o.mismatches, o.nan, o.tokens_equal) == (0, 0, True), o.case.name
         assert o.results.swaps.to_cpu > 0, o.case.name

@@ -92,6 +92,7 @@ def test_dp_runs_independent_groups(engine_runs):
 
 
 @pytest.mark.slow
+@pytest.mark.cuda
 @pytest.mark.parametrize("kv_lock", ["ipc", "none"])
 def test_cuda_device_pool(tmp_path, kv_lock):
     torch = pytest.importorskip("torch")
