@@ -2,8 +2,11 @@
 
 Each (analysis, size) runs in a fresh process, so peak memory is that analysis's own: build
 the trace(s), then time ``find_hazards`` (a lockless run with a seeded fault),
-``diff_traces`` (baseline vs that run) or ``predict_races`` (the baseline, beside its own
-``find_hazards``) and sample the resident set size meanwhile. Prints,
+``diff_traces`` (baseline vs that run), ``predict_races`` (the baseline, beside its own
+``find_hazards``) or ``ownership`` (``find_hazards`` on a lockless run whose steps are also
+requests holding, releasing and being handed their blocks, beside ``find_hazards`` on the same
+run without those events: the ownership analysis is the difference) and sample the resident
+set size meanwhile. Prints,
 side by side, wall and CPU seconds, CPU µs per access, peak RSS, and the growth of CPU time
 from one size to the next next to what n log n predicts. Usage:
 ``python bench/bench_analysis.py [--sizes 1e5,1e6,1e7]``.
@@ -55,8 +58,9 @@ class PeakRSS:
         return (self.peak - self.base) / 2**20
 
 
-def measure(accesses: int, what: str) -> dict:
-    """In this process: one size, one analysis (``hazards`` or ``diff``)."""
+def measure(accesses: int, what: str, every: int = 1) -> dict:
+    """In this process: one size, one analysis (``hazards``, ``diff``, ``predict`` or
+    ``ownership``, whose run has a new request every ``every`` steps)."""
     sys.path[:0] = [str(ROOT), str(ROOT / "tests")]  # the synthetic runs are a test fixture
     from synthetic import engine_trace
 
@@ -65,7 +69,8 @@ def measure(accesses: int, what: str) -> dict:
     from fdprof.analysis.predict import predict_races
 
     steps = max(1, accesses // PER_STEP)
-    new = engine_trace(steps, mode="lockless", seed=2, fault="no-wait-swap-in", **SHAPE)
+    fault = None if what == "ownership" else "no-wait-swap-in"
+    new = engine_trace(steps, mode="lockless", seed=2, fault=fault, **SHAPE)
     out = {"accesses": len(new.accesses), "syncs": len(new.syncs), "spans": len(new.spans)}
     if what == "hazards":
         out["races"] = _timed(out, find_hazards, new).counts["races"]
@@ -76,6 +81,14 @@ def measure(accesses: int, what: str) -> dict:
         _timed(hb, find_hazards, base)
         out["predicted"] = _timed(out, predict_races, base).counts["predicted"]
         out["hb_cpu_s"] = hb["cpu_s"]
+    elif what == "ownership":  # the same run with and without its ownership events
+        owned = engine_trace(steps, mode="lockless", seed=2, ownership=True,
+                             ownership_every=every, **SHAPE)  # fmt: skip
+        plain: dict = {}
+        _timed(plain, find_hazards, new)
+        report = _timed(out, find_hazards, owned)
+        out.update(accesses=len(new.accesses), events=len(owned.accesses) - len(new.accesses),
+                   findings=report.counts["ownership"], hb_cpu_s=plain["cpu_s"])  # fmt: skip
     else:
         base = engine_trace(steps, mode="baseline", seed=1, **SHAPE)
         out["gain"] = _timed(out, diff_traces, base, new).throughput.ratio
@@ -97,21 +110,26 @@ def _timed(out: dict, fn, *args):
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--sizes", default="1e5,1e6,1e7")
-    ap.add_argument("--analyses", default="hazards,diff,predict",
+    ap.add_argument("--analyses", default="hazards,diff,predict,ownership",
                     help="predict: hazards --predict on the baseline, its CPU time over "
-                    "plain hazards on the same trace")  # fmt: skip
+                    "plain hazards on the same trace; ownership: hazards on a run with "
+                    "ownership events over the same run without them")  # fmt: skip
+    ap.add_argument("--ownership-every", type=int, default=1,
+                    help="ownership: every k-th step is a new request's (1: 1.7 events per "
+                    "access, 10: 0.17, as a vLLM run)")  # fmt: skip
     ap.add_argument("--one", type=float, default=None, help=argparse.SUPPRESS)
     ap.add_argument("--what", default="hazards", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.one:
-        print(json.dumps(measure(int(args.one), args.what)))
+        print(json.dumps(measure(int(args.one), args.what, args.ownership_every)))
         return
     print(f"{'analysis':>8} {'accesses':>10} {'syncs':>8} {'wall s':>7} {'cpu s':>7} "
           f"{'us/acc':>7} {'peak MiB':>8} {'cpu growth':>10} {'n log n':>8}")  # fmt: skip
     for what in args.analyses.split(","):
         prev = None
         for size in (int(float(s)) for s in args.sizes.split(",")):
-            cmd = [sys.executable, __file__, "--one", str(size), "--what", what]
+            cmd = [sys.executable, __file__, "--one", str(size), "--what", what,
+                   "--ownership-every", str(args.ownership_every)]  # fmt: skip
             r = json.loads(subprocess.run(cmd, capture_output=True, text=True, check=True)
                            .stdout.strip().splitlines()[-1])  # fmt: skip
             n = r["accesses"]
@@ -122,7 +140,10 @@ def main() -> None:
             print(f"{what:>8} {n:>10,} {r['syncs']:>8,} {r['wall_s']:>7.2f} {r['cpu_s']:>7.2f} "
                   f"{1e6 * r['cpu_s'] / n:>7.2f} {r['mib']:>8.0f} {growth:>10} {expect:>8}"
                   + (f"  predict/hazards cpu {r['cpu_s'] / r['hb_cpu_s']:.2f}x, "
-                     f"{r['predicted']} predicted" if what == "predict" else ""),
+                     f"{r['predicted']} predicted" if what == "predict" else "")
+                  + (f"  with/without {r['events']:,} ownership events: cpu "
+                     f"{r['cpu_s'] / r['hb_cpu_s']:.2f}x (+{r['cpu_s'] - r['hb_cpu_s']:.2f} s), "
+                     f"{r['findings']} findings" if what == "ownership" else ""),
                   flush=True)  # fmt: skip
             prev = r
 

@@ -93,6 +93,49 @@ def rounds(seed: int, prefixes: int, prefix_blocks: int, fillers: int) -> list[l
     return [first, filler, again]
 
 
+#: the pressure workload's phases: (name, what it makes vLLM do)
+PRESSURE_PHASES = {
+    "prefill-finish": "requests on shared prefixes that finish in their prefill step "
+    "(max_tokens=1): their stores are deferred to the next step, after their blocks are freed",
+    "reuse": "new requests that need those blocks at once: a small pool reallocates blocks "
+    "whose stores are still deferred, which vLLM fences before the forward",
+    "shared": "concurrent requests on one prefix (hits in the step that computes it)",
+    "revive": "that prefix again once its requests are done: hits revive freed blocks",
+    "preempt": "long generations that outgrow the pool: vLLM preempts and recomputes",
+    "reload": "the first prefixes again beside new requests: loads back from the host pool "
+    "while other requests run",
+}
+
+
+def pressure(seed: int) -> list[tuple[str, list[str], int]]:
+    """The pressure workload: (phase, prompts, max_tokens) per ``generate`` call
+    (:data:`PRESSURE_PHASES`)."""
+    rng = random.Random(seed)
+
+    def words(n: int) -> str:
+        return " ".join(f"w{rng.randrange(VOCAB_WORDS)}" for _ in range(n))
+
+    prefixes = [words(2 * BLOCK_SIZE) for _ in range(3)]
+    first = [f"{p} {words(12)}" for p in prefixes for _ in range(2)]
+    reuse = [words(2 * BLOCK_SIZE + 12) for _ in range(4)]
+    one = words(3 * BLOCK_SIZE)
+    shared = [f"{one} {words(5)}" for _ in range(6)]
+    long = [words(BLOCK_SIZE + 20) for _ in range(8)]
+    reload = [f"{p} {words(9)}" for p in prefixes] + [words(BLOCK_SIZE + 12) for _ in range(3)]
+    revive = [f"{one} {words(7)}" for _ in range(2)]
+    return [("prefill-finish", first, 1), ("reuse", reuse, 4), ("shared", shared, 6),
+            ("revive", revive, 3), ("preempt", long, 72), ("reload", reload, 6)]  # fmt: skip
+
+
+def calls(args: argparse.Namespace) -> list[tuple[str, list[str], int]]:
+    """The workload's ``generate`` calls: (label, prompts, max_tokens)."""
+    if args.workload == "pressure":
+        return pressure(args.seed)
+    return [(f"round{i}", prompts, args.max_tokens)
+            for i, prompts in enumerate(rounds(args.seed, args.prefixes, args.prefix_blocks,
+                                                args.fillers))]  # fmt: skip
+
+
 class Turns:
     """``--take-turns DIR I N``: run ``I`` of ``N`` generates its rounds in turn (module doc).
     A run marks its start (``started-I``) and each round it finished (``done-T``, T its turn);
@@ -129,7 +172,7 @@ def engine_args(args: argparse.Namespace) -> dict:
     kwargs = dict(
         model=str(args.model_dir),
         dtype="float32",
-        max_model_len=512,
+        max_model_len=args.max_model_len,
         enforce_eager=True,
         max_num_seqs=8,
         block_size=BLOCK_SIZE,
@@ -146,6 +189,8 @@ def engine_args(args: argparse.Namespace) -> dict:
         }
         if args.offload_fault:
             extra["fault"] = args.offload_fault
+        if args.copy_delay_ms:
+            extra["copy_delay_ms"] = args.copy_delay_ms
         kwargs["kv_transfer_config"] = {
             "kv_connector": "ThreadedOffloadingConnector",
             "kv_connector_module_path": "fdprof.adapters.vllm.offload",
@@ -162,6 +207,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="KV offloading to a host pool: stores on a background thread "
                          "(async), or copied inline before the step returns (sync)")  # fmt: skip
     ap.add_argument("--offload-fault", choices=["store-before-compute"], default=None)
+    ap.add_argument("--copy-delay-ms", type=float, default=0,
+                    help="each host copy takes this much longer (a slow link)")  # fmt: skip
     ap.add_argument("--no-prefix-caching", dest="prefix_caching", action="store_false")
     ap.add_argument("--multiprocess", action="store_true",
                     help="vLLM's own process layout (engine core, worker processes)")  # fmt: skip
@@ -171,6 +218,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-tokens", type=int, default=8)
     ap.add_argument("--gpu-blocks", type=int, default=24,
                     help="KV blocks in vLLM's (device) pool: small, so fillers evict")  # fmt: skip
+    ap.add_argument("--workload", choices=["rounds", "pressure"], default="rounds",
+                    help="rounds: the three rounds above; pressure: the phases of "
+                         "PRESSURE_PHASES, on a pool of --gpu-blocks")  # fmt: skip
+    ap.add_argument("--max-model-len", type=int, default=512)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--outputs", type=Path, default=None)
     ap.add_argument("--take-turns", nargs=3, metavar=("DIR", "I", "N"), default=None,
@@ -193,17 +244,17 @@ def main(argv: list[str] | None = None) -> int:
     turns = None
     if args.take_turns:
         turns = Turns(Path(args.take_turns[0]), int(args.take_turns[1]), int(args.take_turns[2]))
-    params = SamplingParams(temperature=0.0, max_tokens=args.max_tokens, logprobs=1,
-                            ignore_eos=True)  # fmt: skip
     results = []
-    for number, prompts in enumerate(rounds(args.seed, args.prefixes, args.prefix_blocks,
-                                            args.fillers)):  # fmt: skip
+    for number, (label, prompts, max_tokens) in enumerate(calls(args)):
+        params = SamplingParams(temperature=0.0, max_tokens=max_tokens, logprobs=1,
+                                ignore_eos=True)  # fmt: skip
         with turns.round(number) if turns else nullcontext():
             outs = llm.generate(prompts, params, use_tqdm=False)
         for prompt, out in zip(prompts, outs, strict=True):
             done = out.outputs[0]
             results.append({
                 "round": number,
+                "phase": label,
                 "prompt_tokens": len(out.prompt_token_ids),
                 "cached_tokens": out.num_cached_tokens or 0,
                 "tokens": list(done.token_ids),

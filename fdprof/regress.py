@@ -3,8 +3,8 @@
 Why: FastDeploy's lock was added for NaNs under DP+EP and removed without a test of that
 setup, and its concurrency now lives in Cache Manager V1. This suite runs every lock mode on
 the old path and on V1, DP=2 with EP, and TP=2, over seeds and workloads that swap in both
-directions at once, and checks each run four ways: the hazard
-detector finds no race, no block mismatches its fingerprint, no value is NaN/Inf, and every
+directions at once, and checks each run four ways: the hazard detector finds no race (and no
+lifetime or ownership finding), no block mismatches its fingerprint, no value is NaN/Inf, and every
 request's tokens equal a reference run of the same seed without swaps. The detector's
 broken-lock alarm (two holds of one lock at once, on two lanes) is counted per run too: the
 corrected lock (``ipc-per-thread``) must never set it off; the baseline's (``ipc``) may, as
@@ -62,6 +62,8 @@ class Outcome:
     both_ways: int
     #: accesses outside their block's lifetime (use after free, freed while in use)
     lifetime: int = 0
+    #: ownership findings (blocks handed out or freed while held, reads after reuse, ...)
+    ownership: int = 0
 
     @property
     def mismatches(self) -> int:
@@ -79,8 +81,9 @@ class Outcome:
     def flagged(self) -> bool:
         """Something is wrong with this run by any of the four checks."""
         return bool(
-            self.races or self.lifetime or self.mismatches or self.nan or not self.tokens_equal
-        )
+            self.races or self.lifetime or self.ownership or self.mismatches or self.nan
+            or not self.tokens_equal
+        )  # fmt: skip
 
     @property
     def passed(self) -> bool:
@@ -181,11 +184,12 @@ class Suite:
         trace = load(run_dir)
         counts = find_hazards(trace).counts
         out = Outcome(case, seed, results, counts["races"], counts["broken_locks"],
-                      swaps_both_ways(trace), counts["lifetime"])  # fmt: skip
+                      swaps_both_ways(trace), counts["lifetime"], counts["ownership"])  # fmt: skip
         self.log(
             f"{case.name:<32} seed {seed}: {results.swaps.to_cpu}/{results.swaps.to_gpu} swaps, "
             f"{out.both_ways} both ways at once, {out.races} races, {out.lifetime} lifetime "
-            f"violations, {out.broken_locks} broken-lock pairs, {out.mismatches} mismatches, "
+            f"violations, {out.ownership} ownership findings, {out.broken_locks} broken-lock "
+            f"pairs, {out.mismatches} mismatches, "
             f"{out.nan} NaN/Inf, tokens "
             f"{'=' if out.tokens_equal else '!='} reference"
             f"{'' if out.passed else '  FAILED'}"
@@ -209,6 +213,7 @@ class Row:
             str(len(o)),
             str(sum(x.races for x in o)),
             str(sum(x.lifetime for x in o)),
+            str(sum(x.ownership for x in o)),
             f"{sum(x.broken_locks > 0 for x in o)}/{len(o)}",
             str(sum(x.mismatches for x in o)),
             str(sum(x.nan for x in o)),
@@ -220,8 +225,8 @@ class Row:
         ]
 
 
-HEADER = ["case", "runs", "races", "lifetime", "broken lock", "mismatches", "NaN/Inf",
-          "tokens = ref", "swaps both ways at once", "verdict"]  # fmt: skip
+HEADER = ["case", "runs", "races", "lifetime", "ownership", "broken lock", "mismatches",
+          "NaN/Inf", "tokens = ref", "swaps both ways at once", "verdict"]  # fmt: skip
 
 
 def summary(outcomes: list[Outcome]) -> str:
@@ -235,8 +240,9 @@ def summary(outcomes: list[Outcome]) -> str:
     total = (
         f"{len(outcomes)} runs ({len(clean)} correct, {len(outcomes) - len(clean)} seeded "
         f"faults): {sum(o.races for o in clean)} races, "
-        f"{sum(o.lifetime for o in clean)} lifetime violations, {sum(o.mismatches for o in clean)} "
-        f"mismatches, {sum(o.nan for o in clean)} NaN/Inf, "
+        f"{sum(o.lifetime for o in clean)} lifetime violations, "
+        f"{sum(o.ownership for o in clean)} ownership findings, "
+        f"{sum(o.mismatches for o in clean)} mismatches, {sum(o.nan for o in clean)} NaN/Inf, "
         f"{sum(o.tokens_equal for o in clean)}/{len(clean)} token-equal to the reference; "
         f"faults flagged {sum(o.flagged for o in outcomes if o.case.faulty)}/"
         f"{len(outcomes) - len(clean)}"

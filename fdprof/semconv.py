@@ -36,6 +36,15 @@ LOCK_HOLD = "lock_hold"
 BLOCK_ALLOC = "block_alloc"
 BLOCK_FREE = "block_free"
 BLOCK_EVICT = "block_evict"
+#: a request taking a reference to device blocks (its block table gains them: blocks handed
+#: to it, or cached blocks it hits), and dropping its references (it finished or was
+#: preempted); ``fd.request_id`` says whose, ``kv.gpu_hold``/``kv.gpu_release`` which blocks:
+#: the holders the ownership analysis checks the pool's hand-outs and frees against
+BLOCK_HOLD = "block_hold"
+BLOCK_RELEASE = "block_release"
+#: a worker waiting for transfer jobs to complete (``swap.unsubmitted``: jobs it waited on that
+#: it never submitted, which give no completion edge)
+SWAP_WAIT = "swap_wait"
 #: one request of a step's batch, inside ``schedule``: its id, block ids and token counts
 SCHEDULED_REQUEST = "scheduled_request"
 #: an instrumentation hook that failed inside an engine (counted; the engine went on)
@@ -126,6 +135,24 @@ MODE_READ, MODE_WRITE = "read", "write"
 #: the modes of allocator events in the accesses table (not accesses: they never race)
 MODE_ALLOC, MODE_FREE = "alloc", "free"
 LIFETIME_MODES = (MODE_ALLOC, MODE_FREE)
+#: ownership events (docs/trace.md "Ownership events"), on the allocator's spans: a request
+#: takes a reference (``kv.gpu_hold``) or drops it (``kv.gpu_release``), both with
+#: ``fd.request_id``; the pool's own reference count of a block reached 0 while its content
+#: stays cached, revivable by a prefix hit until the block is handed out again
+#: (``kv.gpu_unref``), or fell below 0 (``kv.gpu_underflow``)
+KV_GPU_HOLD = "kv.gpu_hold"
+KV_GPU_RELEASE = "kv.gpu_release"
+KV_GPU_UNREF = "kv.gpu_unref"
+KV_GPU_UNDERFLOW = "kv.gpu_underflow"
+KV_CPU_HOLD = "kv.cpu_hold"
+KV_CPU_RELEASE = "kv.cpu_release"
+KV_CPU_UNREF = "kv.cpu_unref"
+KV_CPU_UNDERFLOW = "kv.cpu_underflow"
+MODE_HOLD, MODE_RELEASE = "hold", "release"
+MODE_UNREF, MODE_UNDERFLOW = "unref", "underflow"
+OWNERSHIP_MODES = (MODE_HOLD, MODE_RELEASE, MODE_UNREF, MODE_UNDERFLOW)
+#: every mode an allocator's event has in the accesses table (none of them is an access)
+ALLOCATOR_MODES = LIFETIME_MODES + OWNERSHIP_MODES
 #: attribute key -> (pool, mode) of the accesses (and allocator events) it lists
 KV_ACCESS_KEYS: dict[str, tuple[str, str]] = {
     KV_GPU_READ: (POOL_GPU, MODE_READ),
@@ -136,10 +163,20 @@ KV_ACCESS_KEYS: dict[str, tuple[str, str]] = {
     KV_GPU_FREE: (POOL_GPU, MODE_FREE),
     KV_CPU_ALLOC: (POOL_CPU, MODE_ALLOC),
     KV_CPU_FREE: (POOL_CPU, MODE_FREE),
+    KV_GPU_HOLD: (POOL_GPU, MODE_HOLD),
+    KV_GPU_RELEASE: (POOL_GPU, MODE_RELEASE),
+    KV_GPU_UNREF: (POOL_GPU, MODE_UNREF),
+    KV_GPU_UNDERFLOW: (POOL_GPU, MODE_UNDERFLOW),
+    KV_CPU_HOLD: (POOL_CPU, MODE_HOLD),
+    KV_CPU_RELEASE: (POOL_CPU, MODE_RELEASE),
+    KV_CPU_UNREF: (POOL_CPU, MODE_UNREF),
+    KV_CPU_UNDERFLOW: (POOL_CPU, MODE_UNDERFLOW),
 }
 SWAP_TASK_ID = "swap.task_id"
 SWAP_DIRECTION = "swap.direction"
 SWAP_BLOCKS = "swap.blocks"
+#: on ``swap_wait``: job ids the worker waited on without having submitted them
+SWAP_UNSUBMITTED = "swap.unsubmitted"
 #: swap directions (``swap.direction``)
 TO_CPU, TO_GPU = "to_cpu", "to_gpu"
 BATCH_SIZE = "batch.size"
@@ -295,6 +332,13 @@ class Fault(StrEnum):
     LOAD_BACK_UNFENCED = "load-back-unfenced"
     COMPUTE_RACES_STORE = "compute-races-store"
     SHARED_PREFIX_STREAMS = "shared-prefix-streams"
+    #: the ownership faults (who holds a block, not the order of copies): a prefix hit takes
+    #: no reference, so eviction frees, and the allocator hands out again, a block a running
+    #: request holds
+    LOST_REF_ON_HIT = "lost-ref-on-hit"
+    #: a swap-in's host blocks go back to the host allocator when it is issued, not once it
+    #: has copied them: an eviction may overwrite them while the swap-in still reads them
+    FREE_UNDER_SWAP_IN = "free-under-swap-in"
 
 
 # -- lanes (where program order holds; docs/trace.md "Lanes") ---------------------------------

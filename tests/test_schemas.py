@@ -99,8 +99,8 @@ def test_validation_catches_a_layout_change_and_an_undocumented_key():
         validate("hazards", renamed)
     schema = registry()["hazards.schema.json"].contents
     resolver = registry().resolver("hazards.schema.json")
-    added = {**data, "checked": {**data["checked"], "blocks": 3}, "ownership": []}
-    assert undocumented(added, schema, resolver) == [".checked.blocks", ".ownership"]
+    added = {**data, "checked": {**data["checked"], "blocks": 3}, "novelty": []}
+    assert undocumented(added, schema, resolver) == [".checked.blocks", ".novelty"]
     old_ab = {"schema": "fdprof.ab/1", "ideal_ratio": 1.2, "hazards": {"baseline": {}}}
     errors = list(
         jsonschema.Draft202012Validator(

@@ -170,7 +170,8 @@ class ABResult:
     @property
     def verdict(self) -> Verdict:
         safety = [RunSafety(r.name, r.label, r.hazard_counts["races"], r.hazard_counts["latent"],
-                            r.mismatches, r.hazard_counts["lifetime"], r.untrusted_locks)
+                            r.mismatches, r.hazard_counts["lifetime"], r.untrusted_locks,
+                            r.hazard_counts.get("ownership", 0))
                   for r in self.runs]  # fmt: skip
         kinds = merge_kinds([r.race_kinds for r in self.runs])
         return Verdict(self.gain, self.labels, safety, kinds, self.require_gain)

@@ -40,10 +40,12 @@ class RunSafety:
     lifetime: int = 0
     #: locks whose holds overlapped on two lanes in this run (named, not unsafe by themselves)
     untrusted_locks: tuple[str, ...] = ()
+    #: ownership findings (blocks handed out or freed while held, stale reads, counts)
+    ownership: int = 0
 
     @property
     def safe(self) -> bool:
-        counts = {"races": self.races, "lifetime": self.lifetime}
+        counts = {"races": self.races, "lifetime": self.lifetime, "ownership": self.ownership}
         return verdicts.safe(counts, self.mismatches)
 
 
@@ -108,6 +110,9 @@ class Verdict:
         lifetime = self._total("lifetime")
         if lifetime:
             where = f"; accesses outside their block's lifetime {lifetime}{where}"
+        ownership = self._total("ownership")
+        if ownership:
+            where = f"; ownership findings {ownership}{where}"
         required = ""
         if self.require_gain is not None:
             met = "met" if self.gain_met else "NOT MET"
@@ -153,6 +158,7 @@ class Verdict:
             "latent": {label: self._total("latent", label) for label in self.labels},
             "integrity_mismatches": self._total("mismatches"),
             "lifetime_violations": self._total("lifetime"),
+            "ownership_findings": self._total("ownership"),
             "broken_locks": {label: self.broken_locks(label) for label in self.labels},
             "race_kinds": self.kind_lines(),
             "exit_code": self.exit_code,

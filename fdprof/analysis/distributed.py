@@ -170,6 +170,7 @@ def find_hazards(
     races = _cat([r["races"] for r in results], seam.PAIR_RAW)
     alarms = _cat([r["alarms"] for r in results], seam.PAIR_RAW)
     lifetime = _cat([r["lifetime"] for r in results], seam.LIFETIME_RAW)
+    inside = _cat([r["inside"] for r in results], seam.instrumentation.INSIDE_COLUMNS)
     checked = sum(r["checked"] for r in results)
     orphans = [r["orphans"] for r in results if r["orphans"][0]]
     orphan = (sum(o[0] for o in orphans), orphans[0][1]) if orphans else (0, 0)
@@ -185,10 +186,12 @@ def find_hazards(
     named = [races, alarms] + ([wcp_raw] if wcp_raw is not None else [])
     ids = np.unique(np.concatenate(
         [np.asarray(f[c], np.int64) for f in named for c in ("span_x", "span_y")]
-        + [np.asarray(lifetime[c], np.int64) for c in ("span_x", "span_e")]))  # fmt: skip
+        + [np.asarray(lifetime[c], np.int64) for c in ("span_x", "span_e")]
+        + [np.asarray(inside["span_id"], np.int64)]))  # fmt: skip
     spans = _spans_named(client, span_files, summaries, ids)
     unended = _unended(summaries)
-    report = seam.report(clocks, spans, unended, races, alarms, lifetime, checked, orphan)
+    report = seam.report(clocks, spans, unended, races, alarms, lifetime, checked, orphan,
+                         inside)  # fmt: skip
     if not predict:
         return report
     if not checked:

@@ -30,14 +30,17 @@ import numpy as np
 import pandas as pd
 
 from fdprof import semconv as S
-from fdprof.analysis import verdicts
+from fdprof.analysis import instrumentation, verdicts
 from fdprof.analysis.clocks import LaneClocks, SyncClocks, pair_syncs, sync_clocks
 from fdprof.analysis.columns import json_records, require
 from fdprof.analysis.lifetime import empty_violations, lifetime_violations, violations_frame
 from fdprof.analysis.locks import broken_locks, lock_holds, no_broken_locks
+from fdprof.analysis.ownership import empty_findings, find_ownership, ownership_kinds
 from fdprof.analysis.search import Pairs, unordered_pairs
 from fdprof.analysis.tables import (
     ALL_LAYERS,
+    ALLOC,
+    FREE,
     GAP_COLUMNS,
     WRITE,
     AccessTable,
@@ -84,6 +87,12 @@ class HazardReport:
     #: accesses outside their block's lifetime, where the trace records the allocator's events
     #: (:mod:`fdprof.analysis.lifetime`): a use after free or a block freed while in use
     lifetime: pd.DataFrame = field(default_factory=empty_violations)
+    #: ownership findings (:mod:`fdprof.analysis.ownership`): blocks handed out, freed or
+    #: written while another request holds them, reads without a hold or after the content was
+    #: reused, frees under transfers, reference counts below zero or leaked
+    ownership: pd.DataFrame = field(default_factory=empty_findings)
+    #: whether the ownership analysis ran (the Dask path does not run it yet)
+    ownership_checked: bool = True
 
     @property
     def untrusted_locks(self) -> tuple[str, ...]:
@@ -110,12 +119,14 @@ class HazardReport:
             "gaps": len(self.gaps),
             "broken_locks": len(self.broken_locks),
             "lifetime": len(self.lifetime),
+            "ownership": len(self.ownership),
         } | ({} if self.predicted is None else {"predicted": len(self.predicted)})
 
     @property
     def clean(self) -> bool:
-        """No race and no access outside its block's lifetime (:func:`verdicts.safe`); a lock
-        that failed to exclude is named beside, its edges already left out of the order."""
+        """No race, no access outside its block's lifetime and no ownership finding
+        (:func:`verdicts.safe`); a lock that failed to exclude is named beside, its edges
+        already left out of the order."""
         return verdicts.safe(self.counts)
 
     @property
@@ -133,8 +144,11 @@ class HazardReport:
             "dropped_objects": list(self.dropped_objects),
             "broken_locks": json_records(self.broken_locks),
             "lifetime": json_records(self.lifetime),
+            "ownership": json_records(self.ownership),
+            "ownership_kinds": json_records(ownership_kinds(self.ownership)),
             "untrusted_locks": list(self.untrusted_locks),
-            "checked": {"accesses": self.accesses, "lanes": len(self.lanes)},
+            "checked": {"accesses": self.accesses, "lanes": len(self.lanes),
+                        "ownership": self.ownership_checked},
         } | ({} if self.predicted is None else {
             "predicted_races": json_records(self.predicted),
             "predicted_kinds": json_records(race_kinds(self.predicted))})  # fmt: skip
@@ -154,7 +168,9 @@ class Prepared:
     form), their happens-before clocks (``clocks``: each acquire's release after cycle
     breaking, the clock of every sync row, the lane form), the lanes, and the typed access
     table (``acc``; the allocator's events apart, ``events``). The hook for analyses that order
-    the same accesses differently (:mod:`fdprof.analysis.predict`)."""
+    the same accesses differently (:mod:`fdprof.analysis.predict`). ``acc``'s starts are its
+    accesses' entry times (after the acquires inside their span,
+    :mod:`fdprof.analysis.instrumentation`); ``ownership``: the ownership findings."""
 
     spans: pd.DataFrame
     syncs: pd.DataFrame
@@ -166,6 +182,7 @@ class Prepared:
     gaps: list[dict[str, Any]]
     dropped: tuple[str, ...]
     broken: pd.DataFrame
+    ownership: pd.DataFrame = field(default_factory=empty_findings)
 
     @property
     def src(self) -> np.ndarray:
@@ -184,12 +201,13 @@ class Prepared:
 
     def report(self) -> HazardReport:
         gaps, lanes = gap_frame(self.gaps), tuple(self.lanes)
-        lifetime = _lifetime(self.spans, self.acc, self.events, self.clocks.lanes)
+        lifetime = _lifetime(self.spans, self.acc, lifetime_events(self.events),
+                             self.clocks.lanes)  # fmt: skip
         found = self.unordered(self.clocks.lanes)
         races = self.pairs(found.racy_x, found.racy_y)
         alarms = self.pairs(found.alarm_x, found.alarm_y).drop(columns="overlapped")
         return HazardReport(races, alarms, gaps, self.dropped, lanes, self.acc.checked,
-                            self.broken, lifetime=lifetime)  # fmt: skip
+                            self.broken, lifetime=lifetime, ownership=self.ownership)  # fmt: skip
 
 
 def prepare(trace: Trace, drop_objects: Iterable[str] = ()) -> Prepared:
@@ -219,11 +237,24 @@ def prepare(trace: Trace, drop_objects: Iterable[str] = ()) -> Prepared:
     src, gaps = pair_syncs(table, names)
     clocks = sync_clocks(table, src, names, gaps)
     every, orphan_gaps = access_table(spans, accesses, span_lane, ranks)
-    gaps += orphan_gaps
-    gaps += truncation_gaps(spans)
     is_event = every.mode > WRITE
     acc, events = every.take(~is_event), every.take(is_event)
-    return Prepared(spans, syncs, table, lanes, clocks, acc, events, gaps, dropped, broken)
+    # an acquire inside an access span is a gap, and orders the span's accesses
+    span_ids = spans["span_id"].to_numpy(np.int64)
+    acc, inside = instrumentation.entered(acc, instrumentation.Acquires.of(table, names), span_ids)
+    gaps += orphan_gaps + instrumentation.inside_gaps(inside, spans)
+    gaps += instrumentation.unsubmitted_waits(trace)
+    gaps += truncation_gaps(spans)
+    dp_of_pid = {pid: dp for pid, (dp, _) in ranks.items()}
+    ownership = find_ownership(trace, spans, acc, events, lanes, dp_of_pid,
+                               clocks.lanes.happens_before)  # fmt: skip
+    return Prepared(spans, syncs, table, lanes, clocks, acc, events, gaps, dropped, broken,
+                    ownership)  # fmt: skip
+
+
+def lifetime_events(events: AccessTable) -> AccessTable:
+    """The allocator events the lifetime check reads (hand-outs and frees, not holds)."""
+    return events.take(np.isin(events.mode, (ALLOC, FREE)))
 
 
 def _lanes(spans: pd.DataFrame, syncs: pd.DataFrame) -> tuple[pd.Index, np.ndarray]:

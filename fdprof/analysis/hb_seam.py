@@ -18,6 +18,7 @@ import pandas as pd
 
 from fdprof import semconv as S
 from fdprof.analysis import hazards as H
+from fdprof.analysis import instrumentation
 from fdprof.analysis import predict as P
 from fdprof.analysis.clocks import SyncClocks
 from fdprof.analysis.lifetime import empty_violations, lifetime_violations, violations_frame
@@ -54,6 +55,9 @@ class Clocks:
     broken: pd.DataFrame
     syncs: pd.DataFrame | None
     table: SyncTable | None
+    #: the trusted acquires: one inside an access span orders its accesses and is a gap
+    #: (:mod:`fdprof.analysis.instrumentation`)
+    acquires: instrumentation.Acquires | None = None
 
 
 def clocks(
@@ -77,7 +81,8 @@ def clocks(
     })  # fmt: skip
     p = H.prepare(Trace(spans=spans, syncs=syncs, processes=processes), drop_objects)
     return Clocks(p.lanes, p.clocks, ClockIndex.of(p.clocks.lanes), process_ranks(processes),
-                  p.gaps, p.dropped, p.broken, p.syncs, p.table)  # fmt: skip
+                  p.gaps, p.dropped, p.broken, p.syncs, p.table,
+                  instrumentation.Acquires.of(p.table, tuple(p.lanes)))  # fmt: skip
 
 
 def bucket_spans(part: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -96,21 +101,29 @@ def bucket_spans(part: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     return part, spans
 
 
-def _tables(part: pd.DataFrame, c: Clocks) -> tuple[pd.DataFrame, AccessTable, AccessTable]:
-    """A bucket's spans and typed tables: its accesses, and its allocator events."""
+def _tables(
+    part: pd.DataFrame, c: Clocks
+) -> tuple[pd.DataFrame, AccessTable, AccessTable, pd.DataFrame]:
+    """A bucket's spans and typed tables: its accesses (starts: their entry times, after the
+    acquires inside their span), the allocator events the lifetime check reads, and the
+    acquires found inside access spans (:func:`instrumentation.entered`)."""
     accesses, spans = bucket_spans(part)
     lane = c.lanes.get_indexer(spans["lane"].to_numpy(object)).astype(np.int64)
     every, _ = access_table(spans, accesses, lane, c.ranks)  # orphans: counted by the caller
     is_event = every.mode > WRITE
-    return spans, every.take(~is_event), every.take(is_event)
+    acc, inside = every.take(~is_event), pd.DataFrame(columns=instrumentation.INSIDE_COLUMNS)
+    if c.acquires is not None:
+        acc, inside = instrumentation.entered(acc, c.acquires,
+                                              spans["span_id"].to_numpy(np.int64))  # fmt: skip
+    return spans, acc, H.lifetime_events(every.take(is_event)), inside
 
 
 def search_bucket(part: pd.DataFrame, c: Clocks, wcp: WcpBroadcast | None = None) -> dict:
     """The core's access table and candidate search on one bucket: raw racy pairs, alarm pairs
     (conflicting, overlapping, ordered), lifetime violations, the orphan count and how many
     accesses were checked. ``wcp``: clocks to search with instead (``--predict``)."""
-    spans, acc, events = _tables(part, c)
-    accesses = part[~part["mode"].isin(S.LIFETIME_MODES).to_numpy(bool)]
+    spans, acc, events, inside = _tables(part, c)
+    accesses = part[~part["mode"].isin(S.ALLOCATOR_MODES).to_numpy(bool)]
     orphan = np.flatnonzero(accesses["span_lane"].isna().to_numpy())
     out: dict[str, Any] = {
         "checked": acc.checked,
@@ -119,6 +132,7 @@ def search_bucket(part: pd.DataFrame, c: Clocks, wcp: WcpBroadcast | None = None
         "races": _empty_raw(PAIR_RAW),
         "alarms": _empty_raw(PAIR_RAW),
         "lifetime": _empty_raw(LIFETIME_RAW),
+        "inside": inside,
     }
     if len(acc) == 0:
         return out
@@ -193,9 +207,13 @@ def report(
     lifetime: pd.DataFrame,
     checked: int,
     orphans: tuple[int, int],
+    inside: pd.DataFrame | None = None,
 ) -> H.HazardReport:
-    """The core's report from the reduced pieces."""
+    """The core's report from the reduced pieces (``inside``: the buckets' acquires inside
+    access spans, ``spans`` naming their spans too)."""
     gaps = list(c.gaps)
+    if inside is not None:
+        gaps += instrumentation.inside_gaps(inside, spans)
     if orphans[0]:
         gaps.append(gap("orphan_access", "", "", -1, -1, orphans[1],
                         f"{orphans[0]} access rows name no span"))  # fmt: skip
@@ -203,7 +221,8 @@ def report(
     return H.HazardReport(pair_table(spans, races),
                           pair_table(spans, alarms).drop(columns="overlapped"),
                           H.gap_frame(gaps), c.dropped, tuple(c.lanes), checked, c.broken,
-                          lifetime=lifetime_table(spans, lifetime))  # fmt: skip
+                          lifetime=lifetime_table(spans, lifetime),
+                          ownership_checked=False)  # fmt: skip
 
 
 # -- WCP (--predict) --
@@ -216,14 +235,15 @@ def wcp_setup(c: Clocks) -> P.WcpSetup:
 
 def wcp_landings(part: pd.DataFrame, c: Clocks, w: P.WcpSetup) -> tuple[np.ndarray, ...]:
     """Rule (a) on one bucket (it groups by (lock, block), so buckets by block are exact):
-    (span ids, their start, their lane, the joined clock landing at each span's start)."""
-    spans, acc, _ = _tables(part, c)
+    (span ids, their entry time, their lane, the joined clock landing at each span's entry)."""
+    spans, acc, _, _ = _tables(part, c)
     rows, vc = P.landings(w, acc)
     if not len(rows):
         return (np.empty(0, np.int64),) * 3 + (np.zeros((0, len(c.lanes)), np.int64),)
     lane = c.lanes.get_indexer(spans["lane"].to_numpy(object)[rows]).astype(np.int64)
-    return spans["span_id"].to_numpy(np.int64)[rows], spans["start"].to_numpy(np.int64)[rows], \
-        lane, vc  # fmt: skip
+    entry = spans["start"].to_numpy(np.int64).copy()  # a landing span's entry time
+    entry[acc.span] = acc.start
+    return spans["span_id"].to_numpy(np.int64)[rows], entry[rows], lane, vc
 
 
 class WcpBroadcast:

@@ -79,8 +79,9 @@ def wcp_clocks(p: Prepared) -> LaneClocks:
     spans, clocks = landings(setup, p.acc)
     lane_of = np.full(len(p.spans), -1, dtype=np.int64)
     lane_of[p.acc.span] = p.acc.lane  # each span's lane (its accesses carry it)
-    start = p.spans["start"].to_numpy(np.int64)[spans]
-    return propagate(setup, lane_of[spans], start, clocks)
+    entry = p.spans["start"].to_numpy(np.int64).copy()  # an access span's entry time
+    entry[p.acc.span] = p.acc.start
+    return propagate(setup, lane_of[spans], entry[spans], clocks)
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ concatenated.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 import numpy as np
@@ -24,9 +24,11 @@ from fdprof.analysis.kernels import stable_order
 from fdprof.errors import FdprofError
 from fdprof.trace.assemble import distinct
 
-#: access modes, in code order (``AccessTable.mode``)
-MODES = (S.MODE_READ, S.MODE_WRITE, S.MODE_ALLOC, S.MODE_FREE)
-READ, WRITE, ALLOC, FREE = range(len(MODES))
+#: access modes, in code order (``AccessTable.mode``): reads and writes, then the allocator's
+#: events (the lifetime check's alloc and free, the ownership analysis's holds, releases, counts
+#: reaching zero or below it: :mod:`fdprof.analysis.ownership`)
+MODES = (S.MODE_READ, S.MODE_WRITE, *S.LIFETIME_MODES, *S.OWNERSHIP_MODES)
+READ, WRITE, ALLOC, FREE, HOLD, RELEASE, UNREF, UNDERFLOW = range(len(MODES))
 #: ``hi`` of an access to every layer (``-1/-1`` in the trace)
 ALL_LAYERS = np.iinfo(np.int64).max
 
@@ -122,6 +124,12 @@ class AccessTable(_Columns):
     def pool_names(self) -> np.ndarray:
         """Each row's scoped pool name (object array)."""
         return np.asarray(self.pools, dtype=object)[self.pool]
+
+    def restarted(self, start: np.ndarray) -> AccessTable:
+        """The same rows with new start times (``start``, one per row: e.g. the entry times
+        after acquires inside an access span), in the table's order again."""
+        order, seq = table_order(self.key, self.lane, start)
+        return replace(self.take(order), start=start[order], seq=seq)
 
 
 def access_table(

@@ -68,8 +68,11 @@ def load_trace(args: argparse.Namespace, path: Path, join: Path | None = None) -
 #: what makes a run safe, for ``hazards`` and ``ab`` alike (:mod:`fdprof.analysis.verdicts`)
 SAFETY_RULE = """safety (hazards and ab alike; docs/analysis.md "Verdicts and exit codes"):
   a run is unsafe (exit 1) when two conflicting KV-block accesses are unordered (a race,
-  overlapping this run or latent), when an access falls outside its block's lifetime, or (ab,
-  run) when a block's content does not match what was written. A lock whose holds overlapped
+  overlapping this run or latent), when an access falls outside its block's lifetime, when a
+  block's ownership is broken (handed out, freed or written while another request holds it,
+  used without a hold or after its content was reused, freed under a transfer, a reference
+  count below zero or leaked: where the trace records holders), or (ab, run) when a block's
+  content does not match what was written. A lock whose holds overlapped
   on two lanes is named in the verdict (BROKEN LOCK) and its edges are left out of the order
   before races are counted: a run that relied on it has races, and is unsafe for them; the lock
   alone does not make a run unsafe."""

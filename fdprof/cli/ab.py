@@ -26,7 +26,8 @@ EXIT_CODES = f"""exit codes:
   0  safe: every run of either mode safe, as fdprof hazards judges it, and no integrity
      mismatch (and, with --require-gain X, the gain's 95% CI lower bound is at least X); a
      mode whose lock did not exclude is named in the verdict (BROKEN LOCK)
-  1  unsafe: races, a block used outside its lifetime, or corrupted KV blocks in some run
+  1  unsafe: races, a block used outside its lifetime, an ownership finding, or corrupted
+     KV blocks in some run
      (the report names the runs)
   2  bad input, or a run that crashed, failed or left no trace (named on stderr)
   3  --require-gain X not met (only when safe: 2 > 1 > 3 > 0)

@@ -34,14 +34,17 @@ def register(subparsers) -> None:
     p = subparsers.add_parser(
         "hazards",
         help="find KV-block accesses the recorded protocol does not order (happens-before)",
-        description="Exit 0: safe, no race and no access outside its block's lifetime (a "
-        "broken lock, two holds of one lock at once on different lanes, is named in the verdict "
-        "and its edges not taken as order); 1: unsafe, races found (observed or latent), or an "
-        "access outside its block's lifetime (used after the allocator's free, or freed while "
-        "in use; where the trace records kv.*_alloc/kv.*_free), or with --what-if accesses "
-        "that only the lock ordered; 2: bad input, or a trace without KV-block accesses "
-        "(nothing to check is not clean); with --format json the error is a JSON object on "
-        "stdout too.",
+        description="Exit 0: safe, no race, no access outside its block's lifetime and no "
+        "ownership finding (a broken lock, two holds of one lock at once on different lanes, is "
+        "named in the verdict and its edges not taken as order; instrumentation gaps, e.g. "
+        "sync_in_access_span, an acquire inside an access span of its lane, or "
+        "wait_unsubmitted, a wait on jobs never submitted, are listed and never an exit 1); "
+        "1: unsafe, races found (observed or latent), or an access outside its block's "
+        "lifetime (used after the allocator's free, or freed while in use; where the trace "
+        "records kv.*_alloc/kv.*_free), or an ownership finding (where the trace records "
+        "kv.*_hold/kv.*_release), or with --what-if accesses that only the lock ordered; 2: bad "
+        "input, or a trace without KV-block accesses (nothing to check is not clean); with "
+        "--format json the error is a JSON object on stdout too.",
         epilog=SAFETY_RULE,
     )
     p.add_argument("trace", type=Path, help="run directory or trace file")

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -136,6 +137,8 @@ class CacheManager:
         #: how many device blocks they will free
         self._evicting: dict[int, tuple[list[Entry], list[int]]] = {}
         self._evicting_blocks = 0
+        #: host blocks the ``free-under-swap-in`` fault gave back early (count per id)
+        self._freed_early: Counter[int] = Counter()
 
     # -- the swap itself -------------------------------------------------------------------
     def issue_swap_task(
@@ -176,6 +179,10 @@ class CacheManager:
                     pieces or [],
                 )
                 self._port.submit(task)
+                if direction == S.TO_GPU and self.cfg.fault == S.Fault.FREE_UNDER_SWAP_IN:
+                    with self.mutex:  # the fault: the host blocks are free while being read
+                        self.cpu.free(cpu_blocks)
+                        self._freed_early.update(cpu_blocks)
                 if is_sync:
                     self._port.wait(task_id)
         if direction == S.TO_CPU:
@@ -212,7 +219,8 @@ class CacheManager:
             destinations = iter(reused + self.gpu.allocate(new))  # loads take reused ones first
             table, swap_in, pending, waits = [], [], set(), 0
             for e in matched:
-                e.ref += 1
+                if self.cfg.fault != S.Fault.LOST_REF_ON_HIT:  # the fault: the hit holds none
+                    e.ref += 1
                 if e.gpu is not None:
                     table.append(e.gpu)
                 elif e.swapping_in:  # another request's asynchronous swap-in: wait for it too
@@ -313,7 +321,10 @@ class CacheManager:
         """Swapped-in entries are on the device now; their host copies are dropped."""
         with self.mutex:
             for e in entries:
-                self.cpu.free([e.cpu])
+                if self._freed_early[e.cpu]:  # the free-under-swap-in fault freed it already
+                    self._freed_early[e.cpu] -= 1
+                else:
+                    self.cpu.free([e.cpu])
                 e.cpu, e.gpu, e.swapping_in = None, e.loading_to, False
 
     @property
@@ -392,7 +403,11 @@ class CacheManager:
         """A request finished: drop its references and free its uncached blocks."""
         with self.mutex:
             for e in entries:
-                e.ref -= 1
+                # the lost-ref-on-hit fault never took the hit's reference: it drops none below
+                # zero either, so the cache does not leak blocks, only frees them too early
+                e.ref = (
+                    max(e.ref - 1, 0) if self.cfg.fault == S.Fault.LOST_REF_ON_HIT else e.ref - 1
+                )
             self.gpu.free(private)
 
     # -- eviction (a background thread of the server's calls these) ------------------------

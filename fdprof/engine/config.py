@@ -58,6 +58,11 @@ FAULT_HELP: dict[Fault, str] = {
     "chunk's boundary instead of from the first block not on the device, so with a chunk that "
     "is not the block size it writes into a prefix block another request holds and reads "
     "(LMCache's tests missed it: their chunk was the block size)",
+    Fault.LOST_REF_ON_HIT: "an ownership bug: a prefix hit takes no reference, so eviction frees, "
+    "and the allocator hands out again, a block a running request holds (hazards: an ownership "
+    "finding)",
+    Fault.FREE_UNDER_SWAP_IN: "an ownership bug: a swap-in's host blocks are freed when it is "
+    "issued, not once copied, so an eviction may overwrite them while the swap-in reads them",
 }
 #: the settings each fault needs (it turns them on itself; docs/engine.md, "Faults")
 _FAULT_NEEDS: dict[Fault, dict] = {

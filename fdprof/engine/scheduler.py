@@ -24,6 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from fdprof import probe
+from fdprof import semconv as S
 from fdprof.engine.cache_manager import Admission, CacheManager
 from fdprof.engine.config import EngineConfig
 from fdprof.engine.ipc import SEQ_STRIDE
@@ -122,6 +123,7 @@ class Scheduler:
             if adm is None:
                 break
             self.waiting.popleft()
+            self._holders(H.BLOCK_HOLD, H.KV_GPU_HOLD, r.spec.request_id, adm.table)
             r.adm = adm
             r.num_computed = adm.cached_tokens
             r.num_registered = len(adm.entries)
@@ -215,10 +217,24 @@ class Scheduler:
 
     @staticmethod
     def _held(r: Request) -> set[int]:
-        """The device blocks of ``r``'s cached entries (not its own)."""
-        return {e.loading_to if e.gpu is None else e.gpu for e in r.entries}
+        """The device blocks of ``r``'s cached entries and of those it matched at admission:
+        the cache's, not the request's own (no double free when a fault lets the cache evict
+        a matched block)."""
+        return {e.loading_to if e.gpu is None else e.gpu for e in r.entries} | set(
+            r.adm.table[: len(r.adm.entries)]
+        )
+
+    def _holders(self, name, key, request_id: int, blocks: list[int]) -> None:
+        """A request taking (admission) or dropping (finish) its table's blocks: the holders
+        the ownership analysis checks the allocator against."""
+        p = probe.get()
+        with p.span(name) as sid:
+            p.set_str(sid, H.ROLE, S.ROLE_CACHE_MANAGER)
+            p.set_int(sid, H.REQUEST_ID, request_id)
+            p.set_ints(sid, key, blocks)
 
     def _finish(self, r: Request) -> None:
+        self._holders(H.BLOCK_RELEASE, H.KV_GPU_RELEASE, r.spec.request_id, r.adm.table)
         if not r.released:  # (V1: given back by the cache manager with its last step's result)
             held = self._held(r)
             self.cm.release(r.entries, [b for b in r.adm.table if b not in held])

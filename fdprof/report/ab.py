@@ -109,6 +109,13 @@ def findings(result: ABResult) -> list[str]:
             lines.append(f"Block lifetimes: {h['lifetime']} access(es) in the {label} runs "
                          "outside their block's lifetime (used after the allocator's free, or "
                          "freed while in use).")  # fmt: skip
+        if h.get("ownership"):
+            lines.append(
+                f"Block ownership: {h['ownership']} finding(s) in the {label} runs (blocks "
+                "handed out, freed or written while another request held them, used without a "
+                "hold or after their content was reused, freed under a transfer, or reference "
+                "counts below zero or leaked)."
+            )
         if h["broken_locks"]:
             broken = sum(r.hazard_counts["broken_locks"] > 0 for r in result.of(mode))
             lines.append(
@@ -280,14 +287,15 @@ def timeline_chart(result: ABResult, mode: str, label: str) -> D.Chart:
 
 def runs_table(result: ABResult) -> D.Table:
     headers = ["run", "mode", result.unit, "steps", "requests", "races", "latent", "lifetime",
-               "broken lock", "alarms", "gaps", "integrity mismatches",
+               "ownership", "broken lock", "alarms", "gaps", "integrity mismatches",
                "what-if unordered"]  # fmt: skip
     rows = []
     for r in result.runs:
         h = r.hazard_counts
         rows.append([str(r.index), r.label, f"{r.throughput[result.unit]:.2f}",
                      str(len(r.breakdown)), str(len(r.requests)), str(h["races"]),
-                     str(h["latent"]), str(h["lifetime"]), str(h["broken_locks"]),
+                     str(h["latent"]), str(h["lifetime"]), str(h.get("ownership", 0)),
+                     str(h["broken_locks"]),
                      str(h["clock_alarms"]), str(h["gaps"]), str(r.mismatches),
                      "-" if r.what_if_newly_unordered is None
                      else str(r.what_if_newly_unordered)])  # fmt: skip

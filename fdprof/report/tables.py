@@ -18,7 +18,7 @@ from fdprof.analysis.serving import SERVING
 from fdprof.analysis.stats import RatioCI, spread
 from fdprof.analysis.whatif import WhatIf
 from fdprof.contracts import stamped
-from fdprof.report import python_time
+from fdprof.report import ownership, python_time
 from fdprof.report.document import Bullets, Document, Table, Verdict
 from fdprof.report.units import duration, signed_duration
 
@@ -68,6 +68,8 @@ def hazards_document(report: HazardReport, origin: int = 0) -> Document:
         verdict = f"HAZARDS FOUND: {c['races']} race(s), {c['latent']} of them latent"
         if c["lifetime"]:
             verdict += f"; {c['lifetime']} access(es) outside their block's lifetime"
+        if c["ownership"]:
+            verdict += f"; {c['ownership']} ownership finding(s)"
     if report.accesses and report.untrusted_locks:
         verdict += "; " + verdicts.broken_lock_clause(
             report.untrusted_locks, f" ({c['broken_locks']} pair(s) of holds at once)"
@@ -82,6 +84,14 @@ def hazards_document(report: HazardReport, origin: int = 0) -> Document:
         summary.append(
             f"{c['lifetime']} access(es) outside their block's lifetime (the allocator's frees "
             "checked against every access): used after the free, or freed while in use"
+        )
+    if not report.ownership_checked:
+        summary.append("block ownership not checked (the Dask path does not run it yet)")
+    if c["ownership"]:
+        summary.append(
+            f"{c['ownership']} ownership finding(s): blocks handed out, freed or written while "
+            "another request held them, used without a hold or after their content was "
+            "reused, freed under a transfer, or reference counts below zero or leaked"
         )
     if report.predicted is not None:
         summary.append(
@@ -105,6 +115,7 @@ def hazards_document(report: HazardReport, origin: int = 0) -> Document:
         _kinds_table(report.kinds),
         _frame_table("Accesses outside their block's lifetime", report.lifetime,
                      ["kind", "pool", "block", "blocks", "name_a", "lane_a", "name_b", "lane_b"]),
+        *(ownership.tables(report.ownership) if c["ownership"] else []),
         _pairs_table("Races (unordered conflicting accesses)", report.races, with_overlap=True),
         *([] if report.predicted is None else [_pairs_table(
             "Predicted races (WCP: ordered this run only by the lock's chance order)",
@@ -112,7 +123,7 @@ def hazards_document(report: HazardReport, origin: int = 0) -> Document:
         _pairs_table("Clock alarms (ordered, yet overlapping in time)", report.alarms),
         _frame_table("Instrumentation gaps (not races)", report.gaps,
                      ["kind", "lane", "obj", "seq", "detail"]),
-    ], Verdict(verdict, ok, _kind_lines(report.kinds)),
+    ], Verdict(verdict, ok, _kind_lines(report.kinds) + ownership.kind_lines(report.ownership)),
         stamped("hazards", report.to_json()
                 | {"verdict": {"line": verdict, "safe": ok}}))  # fmt: skip
 

@@ -46,6 +46,15 @@ def test_unsafe_verdict_names_the_runs_and_numbers():
     assert "95% CI 0.900-1.200" in v.line
 
 
+def test_ownership_findings_make_a_run_unsafe():
+    gain = RatioCI(1.2, 1.1, 1.3, 0.95, "gain", "t")
+    runs = [RunSafety("base #0", "base", 0, 0, 0), RunSafety("new #0", "new", 0, 0, 0,
+                                                             ownership=3)]  # fmt: skip
+    v = Verdict(gain, LABELS, runs)
+    assert (v.safety, v.exit_code) == ("UNSAFE", 1)
+    assert "ownership findings 3" in v.line and v.to_json()["ownership_findings"] == 3
+
+
 def test_a_baseline_lock_that_did_not_exclude_is_named_and_safe():
     """As fdprof hazards judges the run: the lock's edges were already left out, no race
     remained, so SAFE and exit 0, with the lock named in the line and the JSON."""

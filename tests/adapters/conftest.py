@@ -21,6 +21,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 WORKLOAD = ROOT / "bench" / "vllm_workload.py"
+HARNESS = Path(__file__).resolve().parent / "vllm_harness.py"
 #: per run; a run on an idle 2-core machine takes 20-70 s
 TIMEOUT_S = 600
 
@@ -129,6 +130,56 @@ def polling_pair(vllm_model, tmp_path_factory) -> dict[str, VllmRun]:
         "first": ["--offload", "async", "--take-turns", turns, "0", "2"],
         "second": ["--offload", "async", "--take-turns", turns, "1", "2"],
     })  # fmt: skip
+
+
+#: the pressure workload (``--workload pressure``): a pool small enough to reallocate blocks
+#: under deferred stores and to preempt; its reference has no offloading, no prefix caching
+#: and room for everything
+PRESSURE = ["--workload", "pressure", "--max-model-len", "256"]
+PRESSURE_CONFIGS = {
+    "reference": ["--gpu-blocks", "200", "--no-prefix-caching"],
+    "correct": ["--gpu-blocks", "14", "--offload", "async"],
+}
+#: seeded bug (tests/adapters/vllm_bugs.py) -> its copy delay in ms: the two whose window is a
+#: transfer in flight a step later need copies that slow
+SEEDED_BUGS = {"touch-no-ref": 0, "free-twice": 0, "no-flush": 0, "no-wait": 0,
+               "no-finish-fence": 200, "early-load-done": 200}  # fmt: skip
+#: the pressure runs, forked from one warm interpreter this many at a time
+HARNESS_JOBS = 2
+#: all of them (eight, two at a time: 15-30 s each on a quiet two-core machine)
+HARNESS_TIMEOUT_S = 1800
+
+
+@pytest.fixture(scope="session")
+def pressure_runs(vllm_model, tmp_path_factory) -> dict[str, VllmRun]:
+    """The pressure workload: its reference, unmodified vLLM, and vLLM with each seeded bug,
+    forked two at a time from one harness that imported vLLM once
+    (tests/adapters/vllm_harness.py): a short run is mostly vLLM's import."""
+    python, model = vllm_model
+    base = tmp_path_factory.mktemp("vllm-pressure")
+    configs: dict[str, tuple[list[str], str | None]] = {
+        name: (args, None) for name, args in PRESSURE_CONFIGS.items()
+    }
+    for bug, delay in SEEDED_BUGS.items():
+        extra = ["--copy-delay-ms", str(delay)] if delay else []
+        configs[bug] = ([*PRESSURE_CONFIGS["correct"], *extra], bug)
+    runs, plan = {}, []
+    for name, (args, bug) in configs.items():
+        run = VllmRun(name, base / name, base / f"{name}.json", base / f"{name}.log")
+        runs[name] = run
+        argv = ["--model-dir", str(model), "--outputs", str(run.outputs_path), *PRESSURE, *args]
+        plan.append({"run_dir": str(run.run_dir), "log": str(run.log), "bug": bug,
+                     "argv": argv})  # fmt: skip
+    plan_path = base / "plan.json"
+    plan_path.write_text(json.dumps({"jobs": HARNESS_JOBS, "runs": plan}))
+    with (base / "harness.log").open("w") as log:
+        subprocess.run([str(python), str(HARNESS), str(plan_path)], stdout=log,
+                       stderr=subprocess.STDOUT, env=vllm_env(None, cache=base / "cache"),
+                       cwd=base, timeout=HARNESS_TIMEOUT_S)  # fmt: skip
+    for run in runs.values():
+        rc = Path(f"{run.log}.rc")
+        run.returncode = int(rc.read_text()) if rc.exists() else -1
+    return runs
 
 
 def in_vllm(script: str, run_dir: Path | None) -> subprocess.CompletedProcess:

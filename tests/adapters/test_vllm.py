@@ -86,7 +86,10 @@ def test_hazards_diff_and_perfetto_read_a_vllm_run(vllm_runs, tmp_path):
     assert report["counts"]["races"] == 0 and report["checked"]["accesses"] > 100
     diff = fdprof("diff", str(ref.run_dir), str(off.run_dir), "--json")
     assert diff.returncode == 0, diff.stderr
-    assert "throughput" in json.loads(diff.stdout)
+    doc = json.loads(diff.stdout)
+    assert "throughput" in doc
+    # TTFT and TPOT from the request spans' first-token time and output tokens
+    assert {"ttft", "tpot", "e2e"} <= set(doc["serving"])
     out = tmp_path / "offload.json"
     convert = fdprof("convert", str(off.run_dir), str(out), "--to", "perfetto")
     assert convert.returncode == 0, convert.stderr

@@ -37,12 +37,13 @@ class TraceBuilder:
         pool: str = "gpu",
         layers: tuple[int, int] = (-1, -1),
         attrs: dict[str, Any] | None = None,
+        parent: int = 0,
     ) -> int:
         """Add a span; ``reads``/``writes`` are block ids in ``pool``. Returns its id."""
         sid = len(self.spans) + 1
         pid, _, tid = lane.partition("/")
         self.spans.append(
-            {"span_id": sid, "parent_id": 0, "name": name, "start": start, "end": end,
+            {"span_id": sid, "parent_id": parent, "name": name, "start": start, "end": end,
              "pid": int(pid) if pid.isdigit() else 0, "tid": int(tid) if tid.isdigit() else 0,
              "lane": lane, "role": role, "step": step, "trace_id": ""}
         )  # fmt: skip

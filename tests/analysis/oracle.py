@@ -34,14 +34,18 @@ def oracle(trace: Trace) -> dict[str, set]:
     for s in spans.values():
         if s.end == -1:
             gaps.add(("truncated", str(s.lane)))
+    entry = entry_times(trace, by_lane)
+    gaps |= {("sync_in_access_span", str(spans[sid].lane))
+             for sid, t in entry.items() if t != spans[sid].start}  # fmt: skip
 
     def before(s, t) -> bool:
+        at = entry.get(int(t.span_id), t.start)  # t's accesses happen from then on
         if s.lane == t.lane:  # program order
-            return s.end <= t.start
+            return s.end <= at
         rel = [e["row"] for e in by_lane.get(str(s.lane), [])
                if e["op"] == "release" and e["time"] >= s.end]  # fmt: skip
         acq = {e["row"] for e in by_lane.get(str(t.lane), [])
-               if e["op"] == "acquire" and e["time"] <= t.start}  # fmt: skip
+               if e["op"] == "acquire" and e["time"] <= at}  # fmt: skip
         return any(reach[r] & acq for r in rel)
 
     finished = [a for a in trace.accesses.itertuples() if spans[int(a.span_id)].end != -1]
@@ -60,12 +64,29 @@ def oracle(trace: Trace) -> dict[str, set]:
             pair = (min(s.span_id, t.span_id), max(s.span_id, t.span_id))
             overlapped = s.start < t.end and t.start < s.end
             if before(s, t) or before(t, s):
-                if overlapped:
+                # the accesses span from their entry time: an alarm is an overlap of those
+                if entry[int(s.span_id)] < t.end and entry[int(t.span_id)] < s.end:
                     alarms.add(pair)
             else:
                 races.add((*pair, overlapped))
     return {"races": races, "alarms": alarms, "gaps": gaps, "cyclic": cyclic, "broken": broken,
             "lifetime": lifetime}  # fmt: skip
+
+
+def entry_times(trace: Trace, by_lane: dict[str, list[dict]]) -> dict[int, int]:
+    """Finished access span (one with reads or writes) -> when its accesses happen: the last
+    acquire of its lane strictly inside it, else its start (the model's rule for a span that
+    opens before the syncs that order it)."""
+    spans = {int(s.span_id): s for s in trace.spans.itertuples()}
+    out = {}
+    for a in trace.accesses.itertuples():
+        s = spans.get(int(a.span_id))
+        if s is None or s.end == -1 or a.mode not in ("read", "write"):
+            continue
+        inside = [e["time"] for e in by_lane.get(str(s.lane), [])
+                  if e["op"] == "acquire" and s.start < e["time"] < s.end]  # fmt: skip
+        out[int(s.span_id)] = max(inside, default=int(s.start))
+    return out
 
 
 def _lifetime(acc, events, spans, before) -> set:

@@ -32,7 +32,7 @@ def test_hazards_clean_exits_0_with_what_if(files):
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)
     assert doc["counts"] == {"races": 0, "latent": 0, "overlaps": 0, "clock_alarms": 0, "gaps": 0,
-                             "broken_locks": 0, "lifetime": 0}  # fmt: skip
+                             "broken_locks": 0, "lifetime": 0, "ownership": 0}  # fmt: skip
     assert doc["what_if_drop_lock"]["count"] == 0
 
 

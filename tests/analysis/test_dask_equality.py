@@ -60,7 +60,16 @@ def _both(trace, tmp_path, client, predict: bool):
     store.write(trace, tmp_path / "s", buckets=4, part_rows=500)
     direct = (predict_races(trace) if predict else find_hazards(trace)).to_json()
     on_dask = distributed.find_hazards(tmp_path / "s", client, predict=predict).to_json()
-    return canonical(direct), canonical(on_dask)
+    assert on_dask["checked"]["ownership"] is False  # said, not silently clean
+    return canonical(_without_ownership(direct)), canonical(_without_ownership(on_dask))
+
+
+def _without_ownership(doc: dict) -> dict:
+    """The report less the block ownership analysis, which the Dask path does not run yet."""
+    out = {k: v for k, v in doc.items() if k not in ("ownership", "ownership_kinds", "verdict")}
+    out["counts"] = {k: v for k, v in doc["counts"].items() if k != "ownership"}
+    out["checked"] = {k: v for k, v in doc["checked"].items() if k != "ownership"}
+    return out
 
 
 @pytest.mark.parametrize("run", REFERENCE, ids=lambda p: p.name)
@@ -97,8 +106,9 @@ def test_cli_on_a_local_cluster_and_on_dask_scheduler_address(client):
     remote = fdprof("hazards", run, "--predict", "--json", "--dask",
                   env={"DASK_SCHEDULER_ADDRESS": address})  # fmt: skip
     assert direct.returncode == local.returncode == remote.returncode == 1, local.stderr
-    want = canonical(json.loads(direct.stdout))
-    assert canonical(json.loads(local.stdout)) == want == canonical(json.loads(remote.stdout))
+    want = canonical(_without_ownership(json.loads(direct.stdout)))
+    got = [json.loads(r.stdout) for r in (local, remote)]
+    assert [canonical(_without_ownership(g)) for g in got] == [want, want]
 
 
 def test_cli_dask_bad_input():

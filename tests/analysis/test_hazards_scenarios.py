@@ -14,7 +14,17 @@ A, B = "1/1", "2/1"
 
 #: the counts of a clean report
 CLEAN = dict.fromkeys(
-    ("races", "latent", "overlaps", "clock_alarms", "gaps", "broken_locks", "lifetime"), 0
+    (
+        "races",
+        "latent",
+        "overlaps",
+        "clock_alarms",
+        "gaps",
+        "broken_locks",
+        "lifetime",
+        "ownership",
+    ),
+    0,
 )
 
 
@@ -196,7 +206,16 @@ def test_broadcast_release_orders_every_acquirer():
 
 def test_json_shape():
     doc = find_hazards(swap_in_then_execute(wait_for=None)).to_json()
-    counts = {"races", "latent", "overlaps", "clock_alarms", "gaps", "broken_locks", "lifetime"}
+    counts = {
+        "races",
+        "latent",
+        "overlaps",
+        "clock_alarms",
+        "gaps",
+        "broken_locks",
+        "lifetime",
+        "ownership",
+    }
     assert set(doc["counts"]) == counts
     assert doc["races"][0]["blocks"] == ["gpu:7"] and doc["races"][0]["overlapped"] is False
 

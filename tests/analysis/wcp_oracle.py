@@ -5,9 +5,10 @@ by search. No vector clocks, no time windows, no code shared with
 
 The model (the detector's, docs/analysis.md "Predicted races"): each lane is in program
 order; a span S with accesses is two events, ``B(S)`` (after every sync of its lane at or
-before its start; spans starting at one instant reach each other) and ``E(S)`` (before every
-sync at or after its end). Happens-before is program order plus every pairing edge; hard
-edges are the pairing edges of non-lock objects. Critical sections (holds) are an acquire of
+before its start, and after the last acquire of its lane inside it; spans starting at one
+instant reach each other) and ``E(S)`` (before every sync at or after its end).
+Happens-before is program order plus every pairing edge; hard edges are the pairing edges of
+non-lock objects. Critical sections (holds) are an acquire of
 a ``lock:*`` object and the lane's next event of that object when it is a release, ordered
 per lock by (start, end, acquire row); a hold's body is every span S with
 ``a1 ≤hard B(S)`` and ``E(S) ≤hard r1``.
@@ -20,7 +21,7 @@ from itertools import combinations
 
 from fdprof.trace.model import Trace
 
-from .oracle import _layers_meet, _reachable_strict, lanes_of, sync_graph
+from .oracle import _layers_meet, _reachable_strict, entry_times, lanes_of, sync_graph
 
 
 def wcp_oracle(trace: Trace) -> dict:
@@ -33,13 +34,14 @@ def wcp_oracle(trace: Trace) -> dict:
         if spans[int(a.span_id)].end != -1:
             accesses.setdefault(int(a.span_id), []).append(a)
 
-    # program order: syncs, B and E points per lane
+    # program order: syncs, B and E points per lane (B after the acquires inside the span)
+    entry = entry_times(trace, lanes_of(ev))
     position = {}
     for e in ev:
         position["s", e["row"]] = (e["lane"], (e["time"], 1, e["row"]))
     for sid in accesses:
         s = spans[sid]
-        position["B", sid] = (str(s.lane), (int(s.start), 2, sid))
+        position["B", sid] = (str(s.lane), (int(entry.get(sid, s.start)), 2, sid))
         position["E", sid] = (str(s.lane), (int(s.end), 0, sid))
     po: dict = {node: set() for node in position}
     lanes: dict[str, list] = {}

@@ -9,20 +9,26 @@ and lets vLLM go on. Per process (see ``fdprof.adapters.vllm.register``):
   ``Scheduler.schedule`` → ``schedule`` with one ``scheduled_request`` child per request
   (request id, its block ids, tokens computed before and scheduled in the step), then it
   releases ``queue:batch`` (step id, also set on the ``SchedulerOutput`` that travels to the
-  worker); ``Scheduler.update_from_output`` acquires ``queue:result`` (step id);
-  ``BlockPool.get_new_blocks`` / ``free_blocks`` / ``evict_blocks`` → ``block_alloc`` /
-  ``block_free`` / ``block_evict`` with ``kv.blocks``; each free releases ``block:free``
-  (seq: the pool's count of frees) and an allocation acquires the free that last freed each
-  block it hands out.
+  worker); ``Scheduler.update_from_output`` acquires ``queue:result`` (step id); the KV
+  manager's tables and the block pool's events (holds, releases, hand-outs, frees, evictions):
+  :mod:`fdprof.adapters.vllm.ownership`.
 - worker: ``GPUModelRunner.execute_model`` (the CPU runner inherits it) acquires
-  ``queue:batch``, records ``execute_model`` with ``kv.gpu_write`` (blocks of the token
-  positions it computes, and blocks it zeroes) and ``kv.gpu_read`` (blocks of every position
-  attention reads), and releases ``queue:result`` once the step's output exists (after
-  ``sample_tokens`` when ``execute_model`` returns none); offloading: every ``submit_store`` /
-  ``submit_load`` of the spec's worker is an ``issue_swap_task`` releasing ``queue:swap`` (job
-  id); ``get_finished`` and ``wait`` acquire ``signal:swap_done`` (job id) for each job done.
-  The copy itself is recorded by the spec that runs it (``fdprof.adapters.vllm.offload``).
-- main process: ``OutputProcessor.add_request`` … finished output → ``request`` spans.
+  ``queue:batch``; its ``execute_model`` span opens when ``_update_states`` is entered (after
+  the connector's ``handle_preemptions`` submitted the deferred stores and waited for the
+  fenced ones) and ends when ``_model_forward`` returns (before the loads and completions
+  the connector handles after the forward): ``kv.gpu_write`` (blocks of the token positions it
+  computes, and blocks it zeroes), ``kv.gpu_read`` (blocks of every position attention
+  reads), and one ``scheduled_request`` child per request with the blocks it uses; it
+  releases ``queue:result`` once the step's output exists (after ``sample_tokens`` when
+  ``execute_model`` returns none). Offloading: every ``submit_store`` / ``submit_load`` of the
+  spec's worker is an ``issue_swap_task`` (its job's request from the connector metadata)
+  releasing ``queue:swap`` (job id); a job ``get_finished`` reports done acquires
+  ``signal:swap_done`` (job id); ``wait`` is a ``swap_wait`` span acquiring it for the jobs
+  submitted in this process only (the others: ``swap.unsubmitted``). The copy itself is
+  recorded by the spec that runs it (``fdprof.adapters.vllm.offload``).
+- main process: ``OutputProcessor.add_request`` … finished output → ``request`` spans, with
+  ``fd.first_token_ns`` (when its first output token was processed) and
+  ``request.output_tokens``.
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ from __future__ import annotations
 import functools
 import sys
 import threading
+import time
 from collections.abc import Callable
 from contextlib import contextmanager
 from typing import Any
@@ -103,24 +110,18 @@ class EngineCoreRecorder:
         self.steps = 0
         self._step_sid = 0
         self._in_step = False
-        self._frees = 0
-        #: (id(pool), block id) -> seq of the free call that last freed it
-        self._last_free: dict[tuple[int, int], int] = {}
-        self._evicted: list[int] = []
 
     def install(self) -> None:
-        from vllm.v1.core.block_pool import BlockPool
         from vllm.v1.core.sched.scheduler import Scheduler
         from vllm.v1.engine.core import EngineCore
+
+        from fdprof.adapters.vllm.ownership import PoolRecorder
 
         wrap(EngineCore, "step", self._step)
         wrap(EngineCore, "step_with_batch_queue", self._step)
         wrap(Scheduler, "schedule", self._schedule)
         wrap(Scheduler, "update_from_output", self._update_from_output)
-        wrap(BlockPool, "get_new_blocks", self._get_new_blocks)
-        wrap(BlockPool, "free_blocks", self._free_blocks)
-        wrap(BlockPool, "evict_blocks", self._evict_blocks)
-        wrap(BlockPool, "_maybe_evict_cached_block", self._maybe_evict)
+        PoolRecorder(lambda: self.steps).install()
 
     def _step(self, original):
         def step(engine, *args, **kwargs):
@@ -169,6 +170,7 @@ class EngineCoreRecorder:
         for req_id, n in tokens.items():
             with p.span(H.SCHEDULED_REQUEST, sid) as rid:
                 p.set_str(rid, H.REQUEST_ID, req_id)
+                p.set_int(rid, H.STEP_ID, step)
                 p.set_int(rid, H.BATCH_TOKENS, n)
                 p.set_int(rid, H.COMPUTED_TOKENS, computed.get(req_id, 0))
                 groups = manager.get_block_ids(req_id)
@@ -186,89 +188,32 @@ class EngineCoreRecorder:
 
         return update_from_output
 
-    def _get_new_blocks(self, original):
-        def get_new_blocks(pool, num_blocks, *args, **kwargs):
-            p = probe.get()
-            sid = 0
-            with ERRORS.guard("BlockPool.get_new_blocks"):
-                sid = p.begin(H.BLOCK_ALLOC)
-                self._evicted = []
-            blocks = original(pool, num_blocks, *args, **kwargs)
-            with ERRORS.guard("BlockPool.get_new_blocks"):
-                ids = [b.block_id for b in blocks]
-                p.set_str(sid, H.ROLE, S.ROLE_ENGINE)
-                p.set_ints(sid, H.KV_BLOCKS, ids)
-                pool_key = id(pool)
-                frees = {self._last_free.pop((pool_key, b), 0) for b in ids}
-                for seq in sorted(frees - {0}):
-                    p.acquire(H.BLOCK_FREE_OBJ, seq, sid)
-                self._flush_evictions(p, sid)
-                p.end(sid)
-            return blocks
-
-        return get_new_blocks
-
-    def _free_blocks(self, original):
-        def free_blocks(pool, ordered_blocks, *args, **kwargs):
-            blocks = list(ordered_blocks)  # it may be a generator: read it once, pass it on
-            original(pool, blocks, *args, **kwargs)
-            with ERRORS.guard("BlockPool.free_blocks"):
-                freed = [
-                    b.block_id
-                    for b in blocks
-                    if b.ref_cnt == 0 and not b.is_null and (b.pool is None or b.pool is pool)
-                ]
-                if freed:
-                    p = probe.get()
-                    self._frees += 1
-                    with p.span(H.BLOCK_FREE) as sid:
-                        p.set_str(sid, H.ROLE, S.ROLE_ENGINE)
-                        p.set_ints(sid, H.KV_BLOCKS, freed)
-                        p.release(H.BLOCK_FREE_OBJ, self._frees, sid)
-                    pool_key = id(pool)
-                    for b in freed:
-                        self._last_free[(pool_key, b)] = self._frees
-
-        return free_blocks
-
-    def _evict_blocks(self, original):
-        def evict_blocks(pool, block_ids, *args, **kwargs):
-            self._evicted = []
-            original(pool, block_ids, *args, **kwargs)
-            with ERRORS.guard("BlockPool.evict_blocks"):
-                self._flush_evictions(probe.get(), 0)
-
-        return evict_blocks
-
-    def _maybe_evict(self, original):
-        def maybe_evict(pool, block, *args, **kwargs):
-            evicted = original(pool, block, *args, **kwargs)
-            if evicted:
-                self._evicted.append(block.block_id)
-            return evicted
-
-        return maybe_evict
-
-    def _flush_evictions(self, p, parent: int) -> None:
-        if self._evicted:
-            with p.span(H.BLOCK_EVICT, parent) as sid:
-                p.set_str(sid, H.ROLE, S.ROLE_ENGINE)
-                p.set_ints(sid, H.KV_BLOCKS, self._evicted)
-            self._evicted = []
-
 
 # -- worker ------------------------------------------------------------------------------
 
 
 class WorkerRecorder:
-    """``execute_model`` with its KV accesses, and the offloading worker's submit/complete
-    edges, in the worker process (one per process)."""
+    """``execute_model``'s KV accesses where they happen, and the offloading worker's submit
+    and completion edges, in the worker process (one per process).
+
+    The access span opens when ``_update_states`` is entered (it zeroes freshly allocated
+    blocks) and ends when the forward (``_model_forward``) returns: after the connector's
+    ``handle_preemptions`` (deferred stores submitted, fenced stores waited for), before the
+    loads and completions the connector handles after the forward. A step with no tokens ends
+    it when ``_update_states`` returns."""
 
     def __init__(self) -> None:
         #: request id -> its block ids (KV group 0), kept from the scheduler outputs
         self.tables: dict[str, list[int]] = {}
         self.calls = 0
         self._awaiting_result: int | None = None
+        #: the step whose batch arrived and whose access span has not opened yet
+        self._pending: int | None = None
+        self._sid = 0
+        #: transfer job id -> its request, from the connector metadata the worker is handed
+        self.job_requests: dict[int, str] = {}
+        #: job ids submitted in this process: only these get completion edges
+        self.submitted: set[int] = set()
 
     def install(self) -> None:
         from vllm.distributed.kv_transfer.kv_connector.v1.offloading.worker import (
@@ -277,24 +222,28 @@ class WorkerRecorder:
         from vllm.v1.worker.gpu_model_runner import GPUModelRunner
 
         wrap(GPUModelRunner, "execute_model", self._execute_model)
+        wrap(GPUModelRunner, "_update_states", self._update_states)
+        wrap(GPUModelRunner, "_model_forward", self._model_forward)
         wrap(GPUModelRunner, "sample_tokens", self._sample_tokens)
         wrap(OffloadingConnectorWorker, "_init_worker", self._init_offload_worker)
+        for method in ("handle_preemptions", "start_kv_transfers", "prepare_store_kv"):
+            wrap(OffloadingConnectorWorker, method, self._note_jobs)
 
     def _execute_model(self, original):
         def execute_model(runner, scheduler_output, *args, **kwargs):
             p = probe.get()
-            sid, step = 0, 0
+            step = 0
             with ERRORS.guard("GPUModelRunner.execute_model"):
                 self.calls += 1
                 step = getattr(scheduler_output, "_fdprof_step", self.calls)
                 p.acquire(H.QUEUE_BATCH, step)
-                sid = p.begin(H.EXECUTE_MODEL)
-                self._accesses(p, sid, runner, scheduler_output, step)
+                self._pending = step
             try:
                 out = original(runner, scheduler_output, *args, **kwargs)
             finally:
                 with ERRORS.guard("GPUModelRunner.execute_model"):
-                    p.end(sid)
+                    self._pending = None
+                    self._close(p)
             with ERRORS.guard("GPUModelRunner.execute_model"):
                 if out is None:
                     self._awaiting_result = step
@@ -303,6 +252,37 @@ class WorkerRecorder:
             return out
 
         return execute_model
+
+    def _update_states(self, original):
+        def update_states(runner, scheduler_output, *args, **kwargs):
+            p = probe.get()
+            with ERRORS.guard("GPUModelRunner._update_states"):
+                if self._pending is not None:
+                    step, self._pending = self._pending, None
+                    self._sid = p.begin(H.EXECUTE_MODEL)
+                    self._accesses(p, self._sid, runner, scheduler_output, step)
+            out = original(runner, scheduler_output, *args, **kwargs)
+            with ERRORS.guard("GPUModelRunner._update_states"):
+                if not scheduler_output.total_num_scheduled_tokens:
+                    self._close(p)  # no forward follows; the connector's polling is not in it
+            return out
+
+        return update_states
+
+    def _model_forward(self, original):
+        def model_forward(runner, *args, **kwargs):
+            try:
+                return original(runner, *args, **kwargs)
+            finally:
+                with ERRORS.guard("GPUModelRunner._model_forward"):
+                    self._close(probe.get())
+
+        return model_forward
+
+    def _close(self, p) -> None:
+        if self._sid:
+            p.end(self._sid)
+            self._sid = 0
 
     def _sample_tokens(self, original):
         def sample_tokens(runner, *args, **kwargs):
@@ -317,7 +297,8 @@ class WorkerRecorder:
 
     def _accesses(self, p, sid: int, runner, out, step: int) -> None:
         """``kv.gpu_write``: blocks of the positions this step computes (and blocks it zeroes);
-        ``kv.gpu_read``: blocks of every position attention reads (0 up to the last one)."""
+        ``kv.gpu_read``: blocks of every position attention reads (0 up to the last one); one
+        ``scheduled_request`` child per request with the blocks it uses (``kv.blocks``)."""
         tables = self.tables
         for req_id in out.finished_req_ids:
             tables.pop(req_id, None)
@@ -341,8 +322,15 @@ class WorkerRecorder:
         for req_id, n in out.num_scheduled_tokens.items():
             blocks = tables.get(req_id, [])
             start = computed.get(req_id, 0)
+            used = [b for b in _block_range(blocks, block_size, 0, start + n) if b]  # 0: null
             writes.update(_block_range(blocks, block_size, start, start + n))
-            reads.update(_block_range(blocks, block_size, 0, start + n))
+            reads.update(used)
+            with p.span(H.SCHEDULED_REQUEST, sid) as rid:
+                p.set_str(rid, H.REQUEST_ID, req_id)
+                p.set_int(rid, H.STEP_ID, step)
+                p.set_int(rid, H.BATCH_TOKENS, n)
+                p.set_int(rid, H.COMPUTED_TOKENS, start)
+                p.set_ints(rid, H.KV_BLOCKS, used)
         p.set_str(sid, H.ROLE, S.ROLE_WORKER)
         p.set_int(sid, H.STEP_ID, step)
         p.set_int(sid, H.BATCH_SIZE, len(out.num_scheduled_tokens))
@@ -350,18 +338,32 @@ class WorkerRecorder:
         p.set_ints(sid, H.KV_GPU_READ, sorted(reads))
         p.set_ints(sid, H.KV_GPU_WRITE, sorted(writes))
 
+    def _note_jobs(self, original):
+        def note_jobs(connector_worker, metadata, *args, **kwargs):
+            with ERRORS.guard("OffloadingConnectorWorker.jobs"):
+                for jobs in (metadata.store_jobs, metadata.load_jobs):
+                    for job_id, job in (jobs or {}).items():
+                        self.job_requests[job_id] = job.req_id
+            return original(connector_worker, metadata, *args, **kwargs)
+
+        return note_jobs
+
     def _init_offload_worker(self, original):
         def init_worker(connector_worker, *args, **kwargs):
             original(connector_worker, *args, **kwargs)
             with ERRORS.guard("OffloadingConnectorWorker._init_worker"):
-                instrument_offloading_worker(connector_worker.worker)
+                instrument_offloading_worker(connector_worker.worker, self)
 
         return init_worker
 
 
-def instrument_offloading_worker(worker: Any) -> None:
-    """Wrap one ``OffloadingWorker`` instance (any spec's): submits are ``issue_swap_task``
-    spans releasing ``queue:swap``; completions acquire ``signal:swap_done``."""
+def instrument_offloading_worker(worker: Any, recorder: WorkerRecorder) -> None:
+    """Wrap one ``OffloadingWorker`` instance (any spec's): a submit is an ``issue_swap_task``
+    (its job's request as ``fd.request_id``) releasing ``queue:swap``; a completion reported by
+    ``get_finished`` acquires ``signal:swap_done``; ``wait`` is a ``swap_wait`` span that
+    acquires it for the jobs submitted here and lists the others (``swap.unsubmitted``: a
+    wait on them completes nothing, which the model reports as a gap)."""
+    submitted, job_requests = recorder.submitted, recorder.job_requests
 
     def submit(original, direction: str):
         def submit_job(job_id, src_spec, dst_spec, *args, **kwargs):
@@ -373,6 +375,9 @@ def instrument_offloading_worker(worker: Any) -> None:
                 p.set_int(sid, H.SWAP_TASK_ID, job_id)
                 p.set_str(sid, H.SWAP_DIRECTION, direction)
                 p.set_int(sid, H.SWAP_BLOCKS, len(src_spec.block_ids))
+                if job_id in job_requests:
+                    p.set_str(sid, H.REQUEST_ID, job_requests[job_id])
+                submitted.add(job_id)
                 p.release(H.QUEUE_SWAP, job_id, sid)
             try:
                 return original(job_id, src_spec, dst_spec, *args, **kwargs)
@@ -389,16 +394,29 @@ def instrument_offloading_worker(worker: Any) -> None:
         with ERRORS.guard("OffloadingWorker.get_finished"):
             p = probe.get()
             for result in results:
-                p.acquire(H.SIGNAL_SWAP_DONE, result.job_id)
+                if result.job_id in submitted:
+                    p.acquire(H.SIGNAL_SWAP_DONE, result.job_id)
+                job_requests.pop(result.job_id, None)
         return results
 
     def wait_jobs(job_ids, *args, **kwargs):
-        out = wait(job_ids, *args, **kwargs)
+        p = probe.get()
+        sid = 0
         with ERRORS.guard("OffloadingWorker.wait"):
-            p = probe.get()
-            for job_id in sorted(job_ids):
-                p.acquire(H.SIGNAL_SWAP_DONE, job_id)
-        return out
+            sid = p.begin(H.SWAP_WAIT)
+            p.set_str(sid, H.ROLE, S.ROLE_WORKER)
+        try:
+            return wait(job_ids, *args, **kwargs)
+        finally:
+            with ERRORS.guard("OffloadingWorker.wait"):
+                jobs = sorted(job_ids)
+                for job_id in jobs:
+                    if job_id in submitted:
+                        p.acquire(H.SIGNAL_SWAP_DONE, job_id, sid)
+                unknown = [j for j in jobs if j not in submitted]
+                if unknown:
+                    p.set_ints(sid, H.SWAP_UNSUBMITTED, unknown)
+                p.end(sid)
 
     worker.submit_store = submit(worker.submit_store, S.TO_CPU)
     worker.submit_load = submit(worker.submit_load, S.TO_GPU)
@@ -414,6 +432,8 @@ class FrontendRecorder:
 
     def __init__(self) -> None:
         self.open: dict[str, int] = {}
+        #: request id -> output tokens seen so far (the first sets ``fd.first_token_ns``)
+        self.tokens: dict[str, int] = {}
 
     def install(self) -> None:
         from vllm.v1.engine.output_processor import OutputProcessor
@@ -439,11 +459,20 @@ class FrontendRecorder:
             out = original(processor, engine_core_outputs, *args, **kwargs)
             with ERRORS.guard("OutputProcessor.process_outputs"):
                 p = probe.get()
+                now = time.time_ns()
                 for output in engine_core_outputs:
+                    rid = output.request_id
+                    sid = self.open.get(rid, 0)
+                    if not sid:
+                        continue
+                    new = len(output.new_token_ids or ())
+                    if new and rid not in self.tokens:
+                        p.set_int(sid, H.FIRST_TOKEN_NS, now)
+                    if new or rid in self.tokens:
+                        self.tokens[rid] = self.tokens.get(rid, 0) + new
                     if output.finish_reason is not None:
-                        sid = self.open.pop(output.request_id, 0)
-                        if sid:
-                            p.end(sid)
+                        p.set_int(sid, H.OUTPUT_TOKENS, self.tokens.pop(rid, 0))
+                        p.end(self.open.pop(rid))
             return out
 
         return process_outputs
@@ -454,3 +483,4 @@ class FrontendRecorder:
         for sid in self.open.values():
             p.end(sid)
         self.open.clear()
+        self.tokens.clear()

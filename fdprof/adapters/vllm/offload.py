@@ -14,7 +14,10 @@ events, on one thread instead of a stream:
   order (``end_event.query()``), ``wait`` blocks on it (``end_event.synchronize()``).
 
 ``store_mode`` in ``kv_connector_extra_config``: ``"async"`` (default, the thread) or
-``"sync"`` (each copy done inside ``submit_*``, as if every store were waited for).
+``"sync"`` (each copy done inside ``submit_*``, as if every store were waited for);
+``copy_delay_ms`` (default 0): each copy takes that much longer, as over a slow link, which
+widens the window in which a transfer is in flight (tests use it to make an early completion
+or a missing fence show within a few steps).
 
 ``fault: "store-before-compute"`` seeds the bug of vLLM #45704 (a store that does not wait
 for the compute that writes its blocks): :class:`ThreadedOffloadingConnector` then submits a
@@ -80,7 +83,9 @@ class HostCopyWorker(OffloadingWorker):
     """Copies whole KV blocks between vLLM's KV tensors and host tensors of the same page
     layout (one KV group, one offloaded block per KV block)."""
 
-    def __init__(self, kv_caches: CanonicalKVCaches, num_blocks: int, store_mode: str) -> None:
+    def __init__(
+        self, kv_caches: CanonicalKVCaches, num_blocks: int, store_mode: str, delay_s: float = 0.0
+    ) -> None:
         if len(kv_caches.group_data_refs) != 1:
             raise ValueError("ThreadedCPUOffloadingSpec supports one KV cache group")
         self._device = [t.tensor for t in kv_caches.tensors]
@@ -89,6 +94,7 @@ class HostCopyWorker(OffloadingWorker):
             for t in kv_caches.tensors
         ]
         self._sync = store_mode == StoreMode.SYNC
+        self._delay_s = delay_s
         self._pending: deque[_Job] = deque()
         self._by_id: dict[int, _Job] = {}
         self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
@@ -141,6 +147,8 @@ class HostCopyWorker(OffloadingWorker):
             p.set_int(sid, H.SWAP_TASK_ID, job.job_id)
             p.set_str(sid, H.SWAP_DIRECTION, job.direction)
             p.set_int(sid, H.SWAP_BLOCKS, len(job.gpu_blocks))
+            if self._delay_s:
+                time.sleep(self._delay_s)
             gpu = torch.from_numpy(job.gpu_blocks.astype(np.int64))
             cpu = torch.from_numpy(job.cpu_blocks.astype(np.int64))
             if job.direction == S.TO_CPU:
@@ -183,7 +191,7 @@ class HostCopyWorker(OffloadingWorker):
 class ThreadedCPUOffloadingSpec(CPUOffloadingSpec):
     """vLLM's CPU offloading spec with :class:`HostCopyWorker` as its worker. Settings
     (``kv_connector_extra_config``): ``cpu_bytes_to_use`` (as vLLM's), ``store_mode``,
-    ``fault`` (module doc)."""
+    ``copy_delay_ms``, ``fault`` (module doc)."""
 
     def __init__(self, config) -> None:
         super().__init__(config)
@@ -194,13 +202,17 @@ class ThreadedCPUOffloadingSpec(CPUOffloadingSpec):
         fault = self.extra_config.get("fault")
         if fault is not None and fault not in FAULTS:
             raise ValueError(f"fault must be one of {FAULTS}, not {fault!r}")
+        self.copy_delay_s = float(self.extra_config.get("copy_delay_ms", 0)) / 1000
+        if not 0 <= self.copy_delay_s <= 10:
+            raise ValueError(f"copy_delay_ms must be in [0, 10000], not {self.copy_delay_s * 1000}")
         if self.blocks_per_chunk != 1:
             raise ValueError("ThreadedCPUOffloadingSpec needs one offloaded block per KV block")
         self._host_worker: HostCopyWorker | None = None
 
     def get_worker(self, kv_caches: CanonicalKVCaches) -> OffloadingWorker:
         if self._host_worker is None:
-            self._host_worker = HostCopyWorker(kv_caches, self.num_chunks, self.store_mode)
+            self._host_worker = HostCopyWorker(kv_caches, self.num_chunks, self.store_mode,
+                                               self.copy_delay_s)  # fmt: skip
         return self._host_worker
 
 

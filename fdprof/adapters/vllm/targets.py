@@ -120,7 +120,8 @@ TARGETS: tuple[Target, ...] = (
     Method("vllm.v1.engine.output_processor", "OutputProcessor", "process_outputs",
            ("self", "engine_core_outputs")),
     Fields("vllm.v1.engine", "EngineCoreRequest", ("request_id", "prompt_token_ids")),
-    Fields("vllm.v1.engine", "EngineCoreOutput", ("request_id", "finish_reason")),
+    Fields("vllm.v1.engine", "EngineCoreOutput", ("request_id", "finish_reason",
+                                                  "new_token_ids")),
     # engine core: steps, scheduling, the block pool
     Method("vllm.v1.engine.core", "EngineCore", "step"),
     Method("vllm.v1.engine.core", "EngineCore", "step_with_batch_queue"),
@@ -130,6 +131,15 @@ TARGETS: tuple[Target, ...] = (
     Attrs("vllm.v1.core.sched.scheduler", "Scheduler", ("kv_cache_manager",)),
     Method("vllm.v1.core.kv_cache_manager", "KVCacheManager", "get_block_ids",
            ("self", "request_id")),
+    # ownership: the calls that change a request's block table (ownership.py)
+    Method("vllm.v1.core.kv_cache_manager", "KVCacheManager", "allocate_slots",
+           ("self", "request")),
+    Method("vllm.v1.core.kv_cache_manager", "KVCacheManager", "free", ("self", "request")),
+    Method("vllm.v1.core.kv_cache_manager", "KVCacheManager", "pop_blocks_for_free",
+           ("self", "request")),
+    Method("vllm.v1.core.kv_cache_manager", "KVCacheManager", "remove_skipped_blocks",
+           ("self", "request_id")),
+    Attrs("vllm.v1.request", "Request", ("request_id",)),
     Fields(_SCHED_OUTPUT, "SchedulerOutput", (
         "scheduled_new_reqs", "scheduled_cached_reqs", "num_scheduled_tokens",
         "total_num_scheduled_tokens", "finished_req_ids", "preempted_req_ids",
@@ -148,8 +158,19 @@ TARGETS: tuple[Target, ...] = (
     Method("vllm.v1.worker.gpu_model_runner", "GPUModelRunner", "execute_model",
            ("self", "scheduler_output")),
     Method("vllm.v1.worker.gpu_model_runner", "GPUModelRunner", "sample_tokens"),
+    # the access span: from the state update (after the connector's fences) to the forward
+    Method("vllm.v1.worker.gpu_model_runner", "GPUModelRunner", "_update_states",
+           ("self", "scheduler_output")),
+    Method("vllm.v1.worker.gpu_model_runner", "GPUModelRunner", "_model_forward"),
     Attrs("vllm.v1.worker.gpu_model_runner", "GPUModelRunner", ("cache_config",)),
     Method(_OFFLOAD_WORKER, "OffloadingConnectorWorker", "_init_worker"),
+    # where the worker is handed its jobs (their requests, for issue_swap_task)
+    Method(_OFFLOAD_WORKER, "OffloadingConnectorWorker", "handle_preemptions",
+           ("self", "kv_connector_metadata")),
+    Method(_OFFLOAD_WORKER, "OffloadingConnectorWorker", "start_kv_transfers",
+           ("self", "metadata")),
+    Method(_OFFLOAD_WORKER, "OffloadingConnectorWorker", "prepare_store_kv",
+           ("self", "metadata")),
     Attrs(_OFFLOAD_WORKER, "OffloadingConnectorWorker", ("worker", "spec")),
     # offload.py: the copy worker it implements, the spec and connector it extends
     Method(_KV_OFFLOAD, "OffloadingWorker", "submit_store",
@@ -177,8 +198,8 @@ TARGETS: tuple[Target, ...] = (
     Method(_OFFLOAD_CONNECTOR, "OffloadingConnector", "bind_connector_metadata",
            ("self", "connector_metadata"), ("self", "connector_metadata")),
     Attrs(_OFFLOAD_CONNECTOR, "OffloadingConnector", ("connector_worker",)),
-    Fields(_OFFLOAD_COMMON, "OffloadingConnectorMetadata", ("store_jobs",)),
-    Fields(_OFFLOAD_COMMON, "TransferJob", ("src_spec", "dst_spec")),
+    Fields(_OFFLOAD_COMMON, "OffloadingConnectorMetadata", ("store_jobs", "load_jobs")),
+    Fields(_OFFLOAD_COMMON, "TransferJob", ("req_id", "src_spec", "dst_spec")),
 )  # fmt: skip
 
 #: the vLLM classes ``fdprof.adapters.vllm.offload`` extends, and its subclass of each: the
