@@ -177,11 +177,8 @@ class Scheduler:
             )
         self.steps += 1
         batch = Batch(self.steps, self.rank * SEQ_STRIDE + self.steps, seqs, after_swap_in)
-        for r in finishing:
-            held = self._held(r)
-            own = [b for b in r.adm.table if b not in held]
-            self.cm.release_after(batch.seq, r.entries, own)
-            r.released = True
+        for r in finishing:  # V1: the blocks go back now, fenced behind this step
+            self._give_back(r, after=batch.seq)
         if self.cm.storing:
             self.cm.poll_stores()
         if store_blocks:
@@ -233,11 +230,22 @@ class Scheduler:
             p.set_int(sid, H.REQUEST_ID, request_id)
             p.set_ints(sid, key, blocks)
 
-    def _finish(self, r: Request) -> None:
+    def _give_back(self, r: Request, after: int | None = None) -> None:
+        """``r`` drops its blocks: at once, or (V1) once step ``after`` is done; the hold ends
+        here either way, where the scheduler lets go (the fence orders the last step's
+        accesses before any reuse)."""
         self._holders(H.BLOCK_RELEASE, H.KV_GPU_RELEASE, r.spec.request_id, r.adm.table)
-        if not r.released:  # (V1: given back by the cache manager with its last step's result)
-            held = self._held(r)
-            self.cm.release(r.entries, [b for b in r.adm.table if b not in held])
+        held = self._held(r)
+        own = [b for b in r.adm.table if b not in held]
+        if after is None:
+            self.cm.release(r.entries, own)
+        else:
+            self.cm.release_after(after, r.entries, own)
+        r.released = True
+
+    def _finish(self, r: Request) -> None:
+        if not r.released:
+            self._give_back(r)
         self.generated += len(r.outputs)
         self.outputs[r.spec.request_id] = list(r.outputs)
         self.running.remove(r)
