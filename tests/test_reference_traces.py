@@ -5,8 +5,6 @@ it is regenerated (``make traces``)."""
 
 import importlib.util
 import json
-import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 
@@ -17,6 +15,7 @@ from fdprof.analysis.hazards import find_hazards
 from fdprof.engine.launcher import run_engine
 from fdprof.probe import ProbeConfig
 from fdprof.trace import load
+from tests.cli import fdprof
 
 TRACES = Path(__file__).resolve().parents[1] / "traces"
 FAULTS = ["fault-no-wait-swap-in", "fault-free-before-swap-out", "fault-ack-before-copy"]
@@ -52,12 +51,6 @@ def test_the_committed_trace_is_what_the_engine_records(name, tmp_path):
     fresh = tmp_path / name
     run_engine(config, ProbeConfig(run_dir=str(fresh), resource={S.KV_LOCK: config.kv_lock}))
     assert signature(TRACES / name) == signature(fresh), "regenerate traces/: make traces"
-
-
-def fdprof(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "fdprof", *args], capture_output=True, text=True, timeout=300
-    )
 
 
 def test_the_lockless_run_is_clean():

@@ -8,8 +8,6 @@ each command (tests/test_cli.py)."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import jsonschema
@@ -17,13 +15,9 @@ import pytest
 from schemas import FOLDER, registry, undocumented, validate
 
 from fdprof import contracts
+from tests.cli import fdprof
 
 TRACES = Path(__file__).resolve().parents[1] / "traces"
-
-
-def fdprof(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "fdprof", *args], capture_output=True,
-                          text=True, timeout=300)  # fmt: skip
 
 
 def test_each_output_has_a_valid_schema_file_of_its_version():

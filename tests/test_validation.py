@@ -8,11 +8,8 @@ import pytest
 
 from fdprof.analysis.hazards import find_hazards
 from fdprof.analysis.whatif import what_if_drop_lock
-from fdprof.engine.config import V1_FAULTS, EngineConfig
-from fdprof.engine.launcher import run_engine
-from fdprof.probe import ProbeConfig
+from fdprof.engine.config import V1_FAULTS
 from fdprof.semconv import Fault
-from fdprof.trace import load
 
 SEEDS = range(5)
 #: the old path's and the asynchronous engine's faults (V1's zoo: tests/engine/test_zoo.py)
@@ -22,11 +19,10 @@ REQUESTS = 24  # enough for swaps both ways in every seed; fewer engine-seconds 
 pytestmark = pytest.mark.slow
 
 
-def _run(tmp_path, **kw):
-    run_dir = tmp_path / "run"
-    config = EngineConfig(requests=REQUESTS, **kw)
-    results = run_engine(config, ProbeConfig(run_dir=str(run_dir))).to_json()
-    return results, load(run_dir)
+def _run(engine_runs, **kw):
+    """The session's run (other modules read the same ones: ``tests/runs.py``)."""
+    run = engine_runs.get(requests=REQUESTS, **kw)
+    return run.results, run.load()
 
 
 @pytest.fixture(scope="module")
@@ -66,8 +62,8 @@ EXPECTED = {
 
 @pytest.mark.parametrize("seed", SEEDS)
 @pytest.mark.parametrize("fault", CHECKED_FAULTS)
-def test_seeded_fault_is_flagged_in_every_run(tmp_path, fault, seed, fault_outcomes):
-    results, trace = _run(tmp_path, kv_lock="none", fault=fault, seed=seed)
+def test_seeded_fault_is_flagged_in_every_run(engine_runs, fault, seed, fault_outcomes):
+    results, trace = _run(engine_runs, kv_lock="none", fault=fault, seed=seed)
     hazards = find_hazards(trace)
     assert not hazards.clean, f"{fault} seed {seed}: nothing flagged"
     findings = _findings(hazards)
@@ -101,8 +97,8 @@ def test_faults_corrupt_data_and_races_are_found_without_overlap(fault_outcomes)
 
 @pytest.mark.parametrize("seed", SEEDS)
 @pytest.mark.parametrize("kv_lock", ["ipc", "ipc-per-thread", "none"])
-def test_correct_runs_have_no_race(tmp_path, kv_lock, seed):
-    results, trace = _run(tmp_path, kv_lock=kv_lock, seed=seed)
+def test_correct_runs_have_no_race(engine_runs, kv_lock, seed):
+    results, trace = _run(engine_runs, kv_lock=kv_lock, seed=seed)
     assert results["swaps"]["to_cpu"] > 0 and results["swaps"]["to_gpu"] > 0
     assert results["integrity"]["mismatches"] == 0
     _assert_clean(trace, kv_lock)
@@ -131,10 +127,10 @@ ASYNC_MODES = {
 
 @pytest.mark.parametrize("seed", SEEDS)
 @pytest.mark.parametrize("mode", list(ASYNC_MODES))
-def test_correct_async_runs_have_no_race(tmp_path, mode, seed):
+def test_correct_async_runs_have_no_race(engine_runs, mode, seed):
     """The asynchronous engine, with its events: no race in either lock mode (the baseline's
     lock covers only the launch; the events order what conflicts)."""
-    results, trace = _run(tmp_path, device_async=True, seed=seed, **ASYNC_MODES[mode])
+    results, trace = _run(engine_runs, device_async=True, seed=seed, **ASYNC_MODES[mode])
     assert results["swaps"]["to_cpu"] > 0 and results["swaps"]["to_gpu"] > 0
     assert results["integrity"]["mismatches"] == 0 and results["integrity"]["nan"] == 0
     _assert_clean(trace, ASYNC_MODES[mode]["kv_lock"])

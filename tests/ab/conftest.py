@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.cli import fdprof
+
 TOY = Path(__file__).with_name("toy_engine.py")
 
 
@@ -15,9 +17,8 @@ def toy(*args: str) -> str:
     return shlex.join([sys.executable, str(TOY), *args])
 
 
-def fdprof_ab(*args, timeout: int = 600) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "fdprof", "ab", *map(str, args)]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+def fdprof_ab(*args) -> subprocess.CompletedProcess:
+    return fdprof("ab", *args)
 
 
 @pytest.fixture(scope="session")

@@ -2,19 +2,18 @@
 
 import json
 import re
-import subprocess
-import sys
 
 import pytest
 from schemas import validate
+
+from tests.cli import fdprof
 
 
 @pytest.fixture(scope="module")
 def ab_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("ab")
-    cmd = [sys.executable, "-m", "fdprof", "ab", "--runs", "2", "--requests", "12",
-           "--out", str(out), "--json", "--require-gain", "1000"]  # fmt: skip
-    result = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    result = fdprof("ab", "--runs", "2", "--requests", "12", "--out", out, "--json",
+                    "--require-gain", "1000")  # fmt: skip
     assert result.returncode == 3, result.stderr  # safe, but a 1000x gain was not shown
     return out, json.loads(result.stdout)
 
@@ -74,8 +73,7 @@ def test_the_built_in_baseline_is_judged_as_fdprof_hazards_judges_it(ab_run):
     _, data = ab_run
     unsafe = set(data["verdict"]["unsafe_runs"])
     for run in data["runs"]:
-        done = subprocess.run([sys.executable, "-m", "fdprof", "hazards", run["trace"], "--json"],
-                              capture_output=True, text=True, timeout=300)  # fmt: skip
+        done = fdprof("hazards", run["trace"], "--json")
         report = json.loads(done.stdout)
         assert done.returncode == (1 if f"{run['label']} #{run['index']}" in unsafe else 0)
         assert report["untrusted_locks"] == run["untrusted_locks"]
@@ -104,12 +102,7 @@ def test_reports_are_written_and_self_contained(ab_run):
 
 
 def test_too_few_runs_is_a_usage_error(tmp_path):
-    result = subprocess.run(
-        [sys.executable, "-m", "fdprof", "ab", "--runs", "1", "--out", str(tmp_path)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    result = fdprof("ab", "--runs", "1", "--out", tmp_path)
     assert result.returncode == 2
     assert len(result.stderr.strip().splitlines()) == 1
 

@@ -3,11 +3,11 @@ the old path against V1 (``--compare cache-manager``), both correct protocols: s
 clean and intact, each mode's settings saying which cache manager it ran."""
 
 import json
-import subprocess
-import sys
 
 import pytest
 from schemas import validate
+
+from tests.cli import fdprof
 
 #: (the flags, the two modes' labels, their kv_lock and cache_manager settings)
 CASES = {
@@ -22,9 +22,7 @@ CASES = {
 @pytest.mark.parametrize("case", CASES)
 def test_v1_ab_is_safe_and_says_what_each_mode_ran(tmp_path, case):
     flags, labels, settings = CASES[case]
-    cmd = [sys.executable, "-m", "fdprof", "ab", *flags, "--runs", "2", "--requests", "12",
-           "--out", str(tmp_path), "--json"]  # fmt: skip
-    result = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    result = fdprof("ab", *flags, "--runs", 2, "--requests", 12, "--out", tmp_path, "--json")
     assert result.returncode == 0, result.stderr
     data = json.loads(result.stdout)
     validate("ab", data)

@@ -1,14 +1,13 @@
 """``fdprof ab`` as a gate: its exit code and the verdict at the top of every report."""
 
 import json
-import subprocess
-import sys
 
 import pandas as pd
 import pytest
 
 from fdprof.ab.verdict import RunSafety, Verdict, merge_kinds
 from fdprof.analysis.stats import RatioCI
+from tests.cli import fdprof
 
 LABELS = ("base", "new")
 
@@ -92,9 +91,8 @@ def fault_ab(tmp_path_factory):
     """The seeded bug: a swap-in the worker does not wait for. 18 requests are the fewest
     whose runs swap blocks back in on both seeds (fewer never swap in: nothing to race)."""
     out = tmp_path_factory.mktemp("fault-ab")
-    cmd = [sys.executable, "-m", "fdprof", "ab", "--runs", "2", "--requests", "18",
-           "--fault", "no-wait-swap-in", "--out", str(out)]  # fmt: skip
-    result = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    result = fdprof("ab", "--runs", "2", "--requests", "18", "--fault", "no-wait-swap-in",
+                    "--out", out)  # fmt: skip
     return out, result
 
 
@@ -129,6 +127,5 @@ def test_fault_ab_exits_1_with_unsafe_on_top_of_every_report(fault_ab):
 
 
 def test_require_gain_must_be_a_positive_number(tmp_path):
-    cmd = [sys.executable, "-m", "fdprof", "ab", "--require-gain", "nan", "--out", str(tmp_path)]
-    result = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    result = fdprof("ab", "--require-gain", "nan", "--out", tmp_path)
     assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1

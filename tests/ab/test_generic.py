@@ -2,11 +2,11 @@
 
 import json
 import math
-import subprocess
-import sys
 
 import pytest
 from schemas import validate
+
+from tests.cli import fdprof
 
 from .conftest import fdprof_ab, toy
 
@@ -101,7 +101,7 @@ def test_a_failed_run_is_exit_2_naming_it(tmp_path, candidate, why):
     ],
 )
 def test_bad_options_are_one_line_exit_2(tmp_path, args, message):
-    r = fdprof_ab(*args, "--out", tmp_path, timeout=120)
+    r = fdprof_ab(*args, "--out", tmp_path)
     assert r.returncode == 2 and message in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1
 
@@ -142,8 +142,7 @@ def test_ab_and_hazards_judge_every_run_alike(lock_and_polling_ab):
     data = json.loads((out / "ab.json").read_text())
     unsafe = set(data["verdict"]["unsafe_runs"])
     for run in data["runs"]:
-        done = subprocess.run([sys.executable, "-m", "fdprof", "hazards", run["trace"], "--json"],
-                              capture_output=True, text=True, timeout=300)  # fmt: skip
+        done = fdprof("hazards", run["trace"], "--json")
         report = json.loads(done.stdout)
         name = f"{run['label']} #{run['index']}"
         assert done.returncode == (1 if name in unsafe else 0) == 0, done.stderr
@@ -171,9 +170,7 @@ def test_diff_of_two_engines_runs_counts_work_and_reads_serving_latency(lock_and
     """fdprof diff on the same pair: 4 steps that did work on each side, 30 polls apart, and
     TTFT/TPOT from the request spans' fd.first_token_ns / request.output_tokens."""
     out, _ = lock_and_polling_ab
-    done = subprocess.run([sys.executable, "-m", "fdprof", "diff", str(out / "runs/baseline-0"),
-                           str(out / "runs/candidate-0"), "--json"], capture_output=True,
-                          text=True, timeout=300)  # fmt: skip
+    done = fdprof("diff", out / "runs/baseline-0", out / "runs/candidate-0", "--json")
     assert done.returncode == 0, done.stderr
     d = json.loads(done.stdout)
     assert (d["base"]["working_steps"], d["new"]["working_steps"]) == (4, 4)

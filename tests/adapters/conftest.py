@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import textwrap
 from dataclasses import dataclass
 from pathlib import Path
@@ -190,9 +189,3 @@ def in_vllm(script: str, run_dir: Path | None) -> subprocess.CompletedProcess:
         pytest.skip("no vLLM environment (make venv-vllm)")
     return subprocess.run([str(python), "-c", textwrap.dedent(script)], env=vllm_env(run_dir),
                           capture_output=True, text=True, timeout=300)  # fmt: skip
-
-
-def fdprof_cli(*args: str) -> subprocess.CompletedProcess:
-    """The fdprof command of this environment, as CI runs it."""
-    return subprocess.run([sys.executable, "-m", "fdprof", *args], capture_output=True,
-                          text=True, timeout=300)  # fmt: skip

@@ -11,7 +11,7 @@ import pytest
 
 from fdprof import semconv as S
 from fdprof.trace import load
-from tests.adapters.conftest import fdprof_cli
+from tests.cli import fdprof
 
 pytestmark = pytest.mark.slow
 
@@ -80,18 +80,18 @@ def test_offload_trace_has_steps_accesses_transfers_and_edges(vllm_runs):
 
 def test_hazards_diff_and_perfetto_read_a_vllm_run(vllm_runs, tmp_path):
     ref, off = vllm_runs["reference"].check(), vllm_runs["offload"].check()
-    hazards = fdprof_cli("hazards", str(off.run_dir), "--json")
+    hazards = fdprof("hazards", str(off.run_dir), "--json")
     assert hazards.returncode == 0, hazards.stdout + hazards.stderr
     report = json.loads(hazards.stdout)
     assert report["counts"]["races"] == 0 and report["checked"]["accesses"] > 100
-    diff = fdprof_cli("diff", str(ref.run_dir), str(off.run_dir), "--json")
+    diff = fdprof("diff", str(ref.run_dir), str(off.run_dir), "--json")
     assert diff.returncode == 0, diff.stderr
     doc = json.loads(diff.stdout)
     assert "throughput" in doc
     # TTFT and TPOT from the request spans' first-token time and output tokens
     assert {"ttft", "tpot", "e2e"} <= set(doc["serving"])
     out = tmp_path / "offload.json"
-    convert = fdprof_cli("convert", str(off.run_dir), str(out), "--to", "perfetto")
+    convert = fdprof("convert", str(off.run_dir), str(out), "--to", "perfetto")
     assert convert.returncode == 0, convert.stderr
     back = load(out)
     assert len(back.spans) == len(load(off.run_dir).spans)
@@ -107,7 +107,7 @@ def test_seeded_store_before_compute_corrupts_tokens_and_is_flagged(vllm_runs):
     assert wrong or max_logprob_gap(ref.outputs, fault.outputs, RELOAD_ROUND) > 0.1
     # rounds before the reload are untouched: the fault is in what was stored
     assert max_logprob_gap(ref.outputs, fault.outputs, 0) < 1e-4
-    hazards = fdprof_cli("hazards", str(fault.run_dir), "--json")
+    hazards = fdprof("hazards", str(fault.run_dir), "--json")
     assert hazards.returncode == 1, hazards.stdout + hazards.stderr
     kinds = json.loads(hazards.stdout)["race_kinds"]
     assert {(k["name_a"], k["name_b"]) for k in kinds} == {(S.EXECUTE_MODEL, S.SWAP)}
@@ -134,5 +134,5 @@ def test_every_vllm_process_records(vllm_runs):
     assert set(batch.loc[batch["op"] == S.SyncOp.ACQUIRE, "seq"]) <= set(
         batch.loc[batch["op"] == S.SyncOp.RELEASE, "seq"]
     )
-    hazards = fdprof_cli("hazards", str(run.run_dir))
+    hazards = fdprof("hazards", str(run.run_dir))
     assert hazards.returncode == 0, hazards.stdout + hazards.stderr

@@ -13,7 +13,7 @@ import pytest
 from fdprof.analysis.breakdown import steps
 from fdprof.analysis.diff import diff_traces
 from fdprof.trace import load, save
-from tests.adapters.conftest import fdprof_cli
+from tests.cli import fdprof
 
 pytestmark = pytest.mark.slow
 
@@ -51,7 +51,7 @@ def test_two_real_runs_that_polled_differently_compare_the_steps_that_did_work(p
     # the same work (how it is cut into steps may differ where a load finished later)
     assert worked["first"]["tokens"].sum() == worked["second"]["tokens"].sum()
     polls = {name: int(s["no_tokens"].sum()) for name, s in st.items()}
-    done = fdprof_cli("diff", str(base.run_dir), str(new.run_dir), "--json")
+    done = fdprof("diff", str(base.run_dir), str(new.run_dir), "--json")
     assert done.returncode == 0, done.stderr
     d = json.loads(done.stdout)
     assert (d["base"]["empty_steps"]["count"], d["new"]["empty_steps"]["count"]) == (
@@ -59,6 +59,6 @@ def test_two_real_runs_that_polled_differently_compare_the_steps_that_did_work(p
     assert d["base"]["working_steps"] == d["base"]["step_latency_ns"]["n"] == len(worked["first"])
     assert d["new"]["working_steps"] == d["new"]["step_latency_ns"]["n"] == len(worked["second"])
     assert d["step_latency"]["steps"] == "that scheduled tokens"
-    text = fdprof_cli("diff", str(base.run_dir), str(new.run_dir)).stdout
+    text = fdprof("diff", str(base.run_dir), str(new.run_dir)).stdout
     assert "step latency p50 (steps that scheduled tokens): " in text
     assert f"empty steps (scheduled no tokens; not in step latency): {polls['first']} (" in text

@@ -15,7 +15,8 @@ import pytest
 from fdprof import semconv as S
 from fdprof.ab.runs import request_latencies
 from fdprof.trace import load
-from tests.adapters.conftest import SEEDED_BUGS, fdprof_cli
+from tests.adapters.conftest import SEEDED_BUGS
+from tests.cli import fdprof
 
 pytestmark = pytest.mark.slow
 
@@ -105,7 +106,7 @@ def test_unmodified_vllm_under_pressure_is_clean_and_gives_the_reference_tokens(
         mine = [o["tokens"] for o in run.outputs if o["phase"] == phase]
         assert mine == [o["tokens"] for o in ref.outputs if o["phase"] == phase], phase
     assert max_logprob_gap(ref.outputs, run.outputs) < 1e-4
-    hazards = fdprof_cli("hazards", str(run.run_dir), "--json")
+    hazards = fdprof("hazards", str(run.run_dir), "--json")
     assert hazards.returncode == 0, hazards.stdout[-3000:] + hazards.stderr
     report = json.loads(hazards.stdout)
     assert set(report["counts"].values()) == {0}, report["counts"]  # no gap either
@@ -152,7 +153,7 @@ DAMAGES = {"no-finish-fence", "early-load-done"}
 def test_a_bug_seeded_into_vllm_is_flagged_naming_blocks_and_roles(pressure_runs, bug):
     run = pressure_runs[bug]
     assert run.run_dir.joinpath("run.json").exists(), run.log.read_text()[-3000:]
-    hazards = fdprof_cli("hazards", str(run.run_dir), "--json")
+    hazards = fdprof("hazards", str(run.run_dir), "--json")
     assert hazards.returncode == 1, hazards.stdout[-3000:] + hazards.stderr
     report = json.loads(hazards.stdout)
     want = EXPECTED[bug]

@@ -1,34 +1,16 @@
 """``fdprof hazards`` and ``fdprof diff`` as users call them, on trace files written to disk
 (synthetic engine runs through the Perfetto writer, read back by the real loader). The
-command's ``main`` runs in-process; one test runs the real executable for the exit path."""
+command runs in-process (:mod:`tests.cli`); one test runs the real executable for the exit path."""
 
 import json
 import subprocess
 import sys
-from dataclasses import dataclass
 
 import pytest
 from synthetic import engine_trace
 
-from fdprof.cli import main
 from fdprof.trace import perfetto
-
-
-@dataclass
-class Result:
-    returncode: int
-    stdout: str
-    stderr: str
-
-
-@pytest.fixture
-def fdprof(capsys):
-    def run(*args) -> Result:
-        code = main([str(a) for a in args])
-        out = capsys.readouterr()
-        return Result(code, out.out, out.err)
-
-    return run
+from tests.cli import fdprof
 
 
 @pytest.fixture(scope="module")
@@ -45,7 +27,7 @@ def files(tmp_path_factory):
     return out
 
 
-def test_hazards_clean_exits_0_with_what_if(files, fdprof):
+def test_hazards_clean_exits_0_with_what_if(files):
     r = fdprof("hazards", files["baseline"], "--what-if", "drop-lock", "--json")
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)
@@ -54,7 +36,7 @@ def test_hazards_clean_exits_0_with_what_if(files, fdprof):
     assert doc["what_if_drop_lock"]["count"] == 0
 
 
-def test_hazards_found_exits_1_and_names_both_spans(files, fdprof):
+def test_hazards_found_exits_1_and_names_both_spans(files):
     r = fdprof("hazards", files["fault"])
     assert r.returncode == 1, r.stderr
     assert "HAZARDS FOUND" in r.stdout and "execute_model (3/1, worker" in r.stdout
@@ -62,7 +44,7 @@ def test_hazards_found_exits_1_and_names_both_spans(files, fdprof):
     assert doc["counts"]["races"] == 4 and doc["races"][0]["name_a"] == "swap"
 
 
-def test_diff_prints_ratios_and_writes_markdown(files, fdprof, tmp_path):
+def test_diff_prints_ratios_and_writes_markdown(files, tmp_path):
     out = tmp_path / "diff.md"
     r = fdprof("diff", files["baseline"], files["lockless"], "--out", out)
     assert r.returncode == 0, r.stderr
@@ -81,17 +63,17 @@ def test_missing_trace_is_one_line_exit_2_from_the_executable():
     assert len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
 
 
-def test_bad_diff_input_is_exit_2(fdprof):
+def test_bad_diff_input_is_exit_2():
     assert fdprof("diff", "/no/such/a", "/no/such/b").returncode == 2
 
 
-def test_unknown_what_if_is_a_usage_error(files, fdprof):
+def test_unknown_what_if_is_a_usage_error(files):
     r = fdprof("hazards", files["baseline"], "--what-if", "drop-everything")
     assert r.returncode == 2 and "invalid choice: 'drop-everything'" in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1 and not r.stdout
 
 
-def test_unknown_step_name_is_one_line_exit_2(files, fdprof):
+def test_unknown_step_name_is_one_line_exit_2(files):
     r = fdprof("diff", files["baseline"], files["lockless"], "--step-name", "Nope")
     assert r.returncode == 2 and "no span is named 'Nope'" in r.stderr
 
@@ -102,7 +84,7 @@ def without_anchor_warning(stderr: str) -> str:
                    if "warning: no clock anchor" not in line)  # fmt: skip
 
 
-def test_reader_warnings_reach_stderr_and_leave_json_alone(files, fdprof, tmp_path):
+def test_reader_warnings_reach_stderr_and_leave_json_alone(files, tmp_path):
     """A trace the reader had to patch up (here a range never ended) says so on every command."""
     doc = json.loads(files["baseline"].read_text())
     doc["traceEvents"].append({"ph": "B", "name": "cut", "pid": 1, "tid": 1, "ts": 1.0})
@@ -117,7 +99,7 @@ def test_reader_warnings_reach_stderr_and_leave_json_alone(files, fdprof, tmp_pa
     assert json.loads(r.stdout)["throughput"]["ratio"] == pytest.approx(1.0)
 
 
-def test_a_trace_without_kv_accesses_is_not_called_clean(fdprof, tmp_path):
+def test_a_trace_without_kv_accesses_is_not_called_clean(tmp_path):
     """Nothing to check is exit 2 (a CI gate must not pass on it), and says why."""
     bare = tmp_path / "bare.json"
     bare.write_text(
@@ -136,7 +118,7 @@ def test_a_trace_without_kv_accesses_is_not_called_clean(fdprof, tmp_path):
             assert r.stdout == ""
 
 
-def test_the_report_says_how_much_it_checked(files, fdprof):
+def test_the_report_says_how_much_it_checked(files):
     doc = json.loads(fdprof("hazards", files["baseline"], "--json").stdout)
     assert doc["checked"]["accesses"] > 100 and doc["checked"]["lanes"] >= 3
     assert (

@@ -15,6 +15,7 @@ from fdprof.analysis.distributed_diff import summarize_store
 from fdprof.analysis.hazards import find_hazards
 from fdprof.analysis.predict import predict_races
 from fdprof.trace import load, store
+from tests.cli import fdprof
 
 from .randomtrace import random_trace, random_wcp_trace
 
@@ -95,23 +96,14 @@ def test_the_random_traces_have_every_finding():
                                         "lifetime", "predicted")), totals  # fmt: skip
 
 
-def _cli(*args: str, env=None):
-    import os
-    import subprocess
-    import sys
-
-    return subprocess.run([sys.executable, "-m", "fdprof", *args], capture_output=True, text=True,
-                          timeout=600, env={**os.environ, **(env or {})})  # fmt: skip
-
-
 def test_cli_on_a_local_cluster_and_on_dask_scheduler_address(client):
     """``--dask local:2`` starts its own cluster; a bare ``--dask`` connects to the scheduler
     DASK_SCHEDULER_ADDRESS names (here the fixture's), as nsys recipes do."""
     run = str(ROOT / "traces" / "fault-no-wait-swap-in")
-    direct = _cli("hazards", run, "--predict", "--json")
-    local = _cli("hazards", run, "--predict", "--json", "--dask", "local:2")
+    direct = fdprof("hazards", run, "--predict", "--json")
+    local = fdprof("hazards", run, "--predict", "--json", "--dask", "local:2")
     address = client.scheduler.address
-    remote = _cli("hazards", run, "--predict", "--json", "--dask",
+    remote = fdprof("hazards", run, "--predict", "--json", "--dask",
                   env={"DASK_SCHEDULER_ADDRESS": address})  # fmt: skip
     assert direct.returncode == local.returncode == remote.returncode == 1, local.stderr
     want = canonical(_without_ownership(json.loads(direct.stdout)))
@@ -120,9 +112,9 @@ def test_cli_on_a_local_cluster_and_on_dask_scheduler_address(client):
 
 
 def test_cli_dask_bad_input():
-    r = _cli("hazards", str(REFERENCE[0]), "--dask", "local:x")
+    r = fdprof("hazards", str(REFERENCE[0]), "--dask", "local:x")
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1
-    r = _cli("hazards", str(REFERENCE[0]), "--dask", env={"DASK_SCHEDULER_ADDRESS": ""})
+    r = fdprof("hazards", str(REFERENCE[0]), "--dask", env={"DASK_SCHEDULER_ADDRESS": ""})
     assert r.returncode == 2 and "DASK_SCHEDULER_ADDRESS" in r.stderr
 
 

@@ -4,6 +4,7 @@ time per step split as HTA's temporal breakdown splits it (checked against HTA i
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import venv
@@ -21,7 +22,8 @@ from fdprof.trace import load
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "trace"))
 from nsys_export import PUSHPOP, add_cuda, build_export, gpid, gtid  # noqa: E402
 
-HTA = Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "hta"
+ROOT = Path(__file__).resolve().parents[2]
+HTA = ROOT / ".." / "shared" / "data" / "hta"
 HTA_PARTS = {"compute": ["gpu_compute"], "idle": ["gpu_idle"],
              "non_compute": ["gpu_communication", "gpu_memcpy", "gpu_memset"]}  # fmt: skip
 
@@ -58,7 +60,13 @@ def test_gpu_parts_sum_to_the_window_and_tile_the_device_timeline(hta):
 
 
 def _hta_python(tmp_path_factory) -> Path | None:
-    """HolisticTraceAnalysis in a venv of its own (for this test only), or None."""
+    """HolisticTraceAnalysis's Python: the environment ``make test`` builds once
+    (``FDPROF_HTA_PYTHON``, else ``.venv-hta``), or a venv of this test's own; None when it
+    cannot be installed."""
+    given = os.environ.get("FDPROF_HTA_PYTHON")
+    built = Path(given) if given else ROOT / ".venv-hta" / "bin" / "python"
+    if (built.parent.parent / ".installed-stamp").exists():
+        return built.absolute()
     env_dir = tmp_path_factory.mktemp("hta") / "venv"
     venv.create(env_dir, with_pip=True)
     python = env_dir / "bin" / "python"

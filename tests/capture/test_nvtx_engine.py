@@ -4,22 +4,20 @@ ranges in the right processes, with payloads that join to the recorded spans."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
 
 from fdprof.trace import load
 from fdprof.trace.nvtx_capture import read_nvtx_capture
+from tests.cli import fdprof
 
 pytestmark = pytest.mark.slow
 
 
 def test_engine_run_captures_nvtx_that_joins_to_records(tmp_path):
     run = tmp_path / "run"
-    cmd = [sys.executable, "-m", "fdprof", "run", "--requests", "24", "--kv-lock", "ipc"]
-    cmd += ["--nvtx-capture", "--json", "--out", str(run)]
-    result = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    result = fdprof("run", "--requests", "24", "--kv-lock", "ipc", "--nvtx-capture", "--json",
+                    "--out", run)  # fmt: skip
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["swaps"]["to_cpu"] > 0
     nv = read_nvtx_capture(run)

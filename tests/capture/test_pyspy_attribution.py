@@ -19,6 +19,7 @@ from fdprof.report.render import render
 from fdprof.report.tables import document
 from fdprof.trace import load, save
 from tests.analysis.builder import TraceBuilder
+from tests.cli import fdprof
 
 PID, TID, PY_TID = 100, 7, 139790542453632
 MS = 1_000_000
@@ -172,10 +173,8 @@ def test_a_real_run_with_py_spy(tmp_path):
     if why:
         pytest.skip(why)
     run = tmp_path / "run"
-    done = subprocess.run(
-        [sys.executable, "-m", "fdprof", "run", "--kv-lock", "ipc", "--requests", "16", "--seed",
-         "3", "--py-spy", "--out", str(run)], capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
+    done = fdprof("run", "--kv-lock", "ipc", "--requests", "16", "--seed", "3", "--py-spy",
+                  "--out", run)  # fmt: skip
     assert done.returncode == 0, done.stderr
     index = json.loads((run / "pyspy" / "index.json").read_text())
     assert {e["role"] for e in index} >= {"engine", "worker", "transfer"}
@@ -187,7 +186,6 @@ def test_a_real_run_with_py_spy(tmp_path):
     # the samples sit where the spans are: execute_model is on most of its sampled stacks
     assert em["on_stack"] > 0.5, em
     assert any("engine/model.py" in f["frame"] or "torch/" in f["frame"] for f in em["frames"])
-    command = [sys.executable, "-m", "fdprof", "diff", str(run), str(run), "--format", "json"]
-    report = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    report = fdprof("diff", run, run, "--format", "json")
     assert report.returncode == 0, report.stderr
     assert json.loads(report.stdout)["new"]["python_time"]

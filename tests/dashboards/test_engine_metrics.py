@@ -13,26 +13,19 @@ The candidate run has a seeded protocol bug, so the safety row must show exactly
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import time
 
 import pytest
 
 from fdprof import dashboards
 from fdprof.dashboards import overview, prometheus_api
+from tests.cli import fdprof
 
 #: wider than Grafana's 4 s minimum: an engine step observes a histogram less often than
 #: the harness's metrics process does
 WINDOW = "10s"
 #: the dashboard's time range: both runs lie within it
 RANGE = "10m"
-
-
-def _fdprof(*args: str, timeout: float) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "fdprof", *args], capture_output=True, text=True, timeout=timeout
-    )
 
 
 def _last_values(prom, query, start: float) -> dict[tuple, float]:
@@ -45,7 +38,7 @@ def _last_values(prom, query, start: float) -> dict[tuple, float]:
 
 def _hazards(run_dir) -> dict[str, int]:
     """What ``fdprof hazards --json`` finds in a run, by the metric's ``finding`` values."""
-    counts = json.loads(_fdprof("hazards", "--json", str(run_dir), timeout=120).stdout)["counts"]
+    counts = json.loads(fdprof("hazards", "--json", run_dir).stdout)["counts"]
     return {"race": counts["overlaps"], "latent_race": counts["latent"],
             "lifetime": counts["lifetime"], "broken_lock": counts["broken_locks"]}  # fmt: skip
 
@@ -65,8 +58,8 @@ def test_every_panel_query_returns_data_from_two_engine_runs(
     results = {}
     for kv_lock, extra in runs.items():
         out = tmp_path / kv_lock
-        run = _fdprof("run", "--kv-lock", kv_lock, "--seed", "6", "--json", "--metrics-port",
-                      str(metrics_port), "--out", str(out), *extra, timeout=300)  # fmt: skip
+        run = fdprof("run", "--kv-lock", kv_lock, "--seed", "6", "--json", "--metrics-port",
+                     metrics_port, "--out", out, *extra)  # fmt: skip
         assert run.returncode == 0, run.stderr[-2000:]
         results[kv_lock] = json.loads(run.stdout)
     queries = dashboards.promql(WINDOW, RANGE)

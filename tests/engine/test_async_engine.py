@@ -6,8 +6,6 @@ mode and fault: tests/test_validation.py.)"""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -18,15 +16,16 @@ from fdprof.analysis.hazards import find_hazards
 from fdprof.engine.config import ASYNC_FAULTS, EngineConfig, fault_modes, fault_settings
 from fdprof.errors import FdprofError
 from fdprof.trace import load
+from tests.cli import fdprof
 from tests.engine.conftest import run
 
 
 @pytest.fixture(scope="module")
-def lockless(tmp_path_factory):
-    """A lockless asynchronous run with write-through stores: (results, trace)."""
-    tmp = tmp_path_factory.mktemp("async")
-    results, run_dir = run(tmp, device_async=True, store_on_fill=True, requests=24, seed=0)
-    return results, load(run_dir)
+def lockless(engine_runs):
+    """A lockless asynchronous run with write-through stores, the session's (test_validation
+    reads it too): (results, trace)."""
+    shared = engine_runs.get(device_async=True, store_on_fill=True, requests=24, seed=0)
+    return shared.results, shared.load()
 
 
 def _accesses(trace, name: str) -> int:
@@ -122,9 +121,8 @@ def test_each_async_fault_turns_on_the_settings_it_needs(fault):
 def test_the_cli_says_which_modes_a_fault_turned_on(tmp_path):
     """``fdprof run --fault reuse-staging-buffer`` alone: the fault turns on
     ``--device-async --swap-in async``; run.json's config and the JSON output say so."""
-    cmd = [sys.executable, "-m", "fdprof", "run", "--fault", "reuse-staging-buffer", "--json",
-           "--requests", "4", "--workload", "no-swap", "--out", str(tmp_path / "r")]  # fmt: skip
-    result = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    result = fdprof("run", "--fault", "reuse-staging-buffer", "--json", "--requests", 4,
+                    "--workload", "no-swap", "--out", tmp_path / "r")  # fmt: skip
     assert result.returncode == 0, result.stderr
     out = json.loads(result.stdout)
     assert out["fault_modes"] == {"device_async": True, "swap_in": "async"}

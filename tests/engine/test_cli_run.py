@@ -1,7 +1,6 @@
 """``fdprof run`` as users call it: JSON results, the legacy env switch, bad input."""
 
 import json
-import os
 import socket
 import subprocess
 import sys
@@ -10,22 +9,14 @@ from pathlib import Path
 import pytest
 from schemas import validate
 
-
-def fdprof(*args, env=None):
-    return subprocess.run(
-        [sys.executable, "-m", "fdprof", "run", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, **(env or {})},
-    )
+from tests.cli import fdprof
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("legacy", ["USE_KVCACHE_LOCK", "FD_USE_KVCACHE_LOCK"])
 def test_json_results_and_legacy_env(tmp_path, legacy):
     out = tmp_path / "run"
-    r = fdprof("--out", str(out), "--requests", "8", "--json", env={legacy: "1"})
+    r = fdprof("run", "--out", str(out), "--requests", "8", "--json", env={legacy: "1"})
     assert r.returncode == 0, r.stderr
     res = json.loads(r.stdout)
     for key in (
@@ -69,7 +60,7 @@ def test_bad_input_is_one_line_exit_2(tmp_path, args):
         torch = pytest.importorskip("torch")
         if torch.cuda.is_available():
             pytest.skip("this machine has CUDA")
-    r = fdprof("--out", str(tmp_path / "run"), *args)
+    r = fdprof("run", "--out", str(tmp_path / "run"), *args)
     assert r.returncode == 2
     assert len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
 

@@ -8,20 +8,16 @@ import pytest
 
 from fdprof import semconv as S
 from fdprof.engine.config import EngineConfig
-from fdprof.engine.launcher import run_engine
 from fdprof.formats import records as R
-from fdprof.probe import ProbeConfig
 from tests.engine.conftest import manifest, read_records
 
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(scope="module")
-def ep_run(tmp_path_factory):
-    run_dir = tmp_path_factory.mktemp("ep") / "run"
-    cfg = EngineConfig(kv_lock="ipc", dp=2, ep=True, requests=16, seed=3)
-    results = run_engine(cfg, ProbeConfig(run_dir=str(run_dir)), reference=True)
-    return results.to_json(), run_dir
+@pytest.fixture
+def ep_run(engine_runs):
+    run = engine_runs.get(kv_lock="ipc", dp=2, ep=True, requests=16, seed=3, reference=True)
+    return run.results, run.run_dir
 
 
 def test_tokens_equal_the_reference_and_no_value_is_broken(ep_run):

@@ -7,13 +7,13 @@ import pytest
 
 from fdprof.engine.config import V1_FAULTS
 from fdprof.semconv import Fault
-from tests.engine.conftest import manifest, run
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("fault", [f for f in Fault if f not in V1_FAULTS])  # V1's: test_zoo
-def test_fault_corrupts_blocks(tmp_path, fault):
-    results, run_dir = run(tmp_path, fault=fault, seed=2, fault_delay_ms=400)
+def test_fault_corrupts_blocks(engine_runs, fault):
+    run = engine_runs.get(requests=32, fault=fault, seed=2, fault_delay_ms=400)
+    results = run.results
     assert results["fault"] == fault
     assert results["integrity"]["mismatches"] > 0
-    assert manifest(run_dir)["config"]["fault"] == fault
+    assert run.manifest["config"]["fault"] == fault

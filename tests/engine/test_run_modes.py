@@ -1,5 +1,6 @@
 """Both lock modes serve the default workload with swaps both ways and intact KV, and every
-happens-before edge the protocol relies on is in the records."""
+happens-before edge the protocol relies on is in the records. The runs are the session's
+(``tests/runs.py``): 24 requests on seed 1, as ``tests/test_validation.py`` checks them."""
 
 from collections import Counter
 
@@ -9,20 +10,23 @@ from fdprof import semconv as S
 from fdprof.engine.ipc import SEQ_STRIDE
 from fdprof.formats import records as R
 from fdprof.semconv import LockMode
-from tests.engine.conftest import manifest, read_records, run
+from tests.engine.conftest import read_records, run
+
+REQUESTS = 24
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("kv_lock", list(LockMode))
-def test_mode_swaps_both_ways_without_corruption(tmp_path, kv_lock):
-    results, run_dir = run(tmp_path, kv_lock=kv_lock)
+def test_mode_swaps_both_ways_without_corruption(engine_runs, kv_lock):
+    shared = engine_runs.get(kv_lock=kv_lock, requests=REQUESTS, seed=1)
+    results, run_dir = shared.results, shared.run_dir
     assert results["kv_lock"] == kv_lock
-    assert results["requests"] == 32
-    assert results["generated_tokens"] == 32 * 16
+    assert results["requests"] == REQUESTS
+    assert results["generated_tokens"] == REQUESTS * 16
     assert results["swaps"]["to_cpu"] > 0 and results["swaps"]["to_gpu"] > 0
     assert results["integrity"]["blocks_checked"] > 0
     assert results["integrity"]["mismatches"] == 0 and results["integrity"]["nan"] == 0
-    m = manifest(run_dir)
+    m = shared.manifest
     assert m["status"] == "ok" and m["results"] == results and m["error"] is None
     assert m["config"]["kv_lock"] == kv_lock
     assert sorted(p["role"] for p in m["processes"]) == ["engine", "transfer", "worker"]
@@ -34,7 +38,7 @@ def test_mode_swaps_both_ways_without_corruption(tmp_path, kv_lock):
     names = {
         role: Counter(f[2] for k, f in rs if k == R.Kind.SPAN_BEGIN) for role, rs in recs.items()
     }
-    assert names["engine"]["request"] == 32
+    assert names["engine"]["request"] == REQUESTS
     assert (
         names["engine"]["issue_swap_task"]
         == results["swaps"]["to_cpu"] + results["swaps"]["to_gpu"]
@@ -61,17 +65,18 @@ def test_mode_swaps_both_ways_without_corruption(tmp_path, kv_lock):
     assert all(s < SEQ_STRIDE for o, _, s in syncs if o == "queue:batch")
 
     first = [f for k, f in recs["engine"] if k == R.Kind.ATTR_INT and f[1] == S.FIRST_TOKEN_NS]
-    assert len(first) == 32 and all(f[2] > 0 for f in first)
+    assert len(first) == REQUESTS and all(f[2] > 0 for f in first)
     swap_attrs = {f[1] for k, f in recs["transfer"] if k == R.Kind.ATTR_INTS}
     assert {"kv.gpu_read", "kv.cpu_write", "kv.cpu_read", "kv.gpu_write"} <= swap_attrs
 
 
 @pytest.mark.slow
-def test_dp_runs_independent_groups(tmp_path):
-    results, run_dir = run(tmp_path, dp=2, requests=16)
+def test_dp_runs_independent_groups(engine_runs):
+    shared = engine_runs.get(dp=2, requests=16, seed=1)
+    results, run_dir = shared.results, shared.run_dir
     assert results["dp"] == 2 and results["requests"] == 16
     assert results["integrity"]["mismatches"] == 0
-    procs = manifest(run_dir)["processes"]
+    procs = shared.manifest["processes"]
     assert sorted((p["role"], p["dp_rank"]) for p in procs) == sorted(
         (role, rank) for role in ("engine", "transfer", "worker") for rank in (0, 1)
     )

@@ -6,22 +6,18 @@ from collections import Counter
 import pytest
 
 from fdprof.analysis.hazards import find_hazards
-from fdprof.engine.config import EngineConfig
-from fdprof.engine.launcher import run_engine
 from fdprof.engine.messages import TP_SEQ_STRIDE
 from fdprof.formats import records as R
-from fdprof.probe import ProbeConfig
 from fdprof.trace import load
 from tests.engine.conftest import manifest, read_records
 
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(scope="module")
-def tp_run(tmp_path_factory):
-    run_dir = tmp_path_factory.mktemp("tp") / "run"
-    cfg = EngineConfig(kv_lock="ipc", tp=2, requests=20, seed=1)
-    return run_engine(cfg, ProbeConfig(run_dir=str(run_dir))).to_json(), run_dir
+@pytest.fixture
+def tp_run(engine_runs):
+    run = engine_runs.get(kv_lock="ipc", tp=2, requests=20, seed=1)
+    return run.results, run.run_dir
 
 
 def test_each_tp_rank_has_its_transfer_process_and_shard(tp_run):

@@ -4,7 +4,6 @@ import pytest
 
 from fdprof.engine.config import EngineConfig
 from fdprof.engine.workloads import blocks_for, make_requests, sized_for_workload
-from tests.engine.conftest import run
 
 
 def test_requests_are_seeded_and_dealt_round_robin():
@@ -25,8 +24,8 @@ def test_no_swap_pool_holds_the_whole_working_set():
 
 
 @pytest.mark.slow
-def test_no_swap_run_never_swaps(tmp_path):
-    results, _ = run(tmp_path, workload="no-swap", requests=16)
+def test_no_swap_run_never_swaps(engine_runs):
+    results = engine_runs.get(workload="no-swap", requests=16, seed=1).results
     assert results["swaps"] == {"to_cpu": 0, "to_gpu": 0, "blocks": 0}
     assert results["generated_tokens"] == 16 * 16
     assert results["integrity"]["mismatches"] == 0

@@ -7,17 +7,14 @@ BENCHMARKS.md."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
 from fdprof import semconv as S
 from fdprof.analysis.hazards import find_hazards
 from fdprof.engine.config import FAULT_PRESSURE, V1_FAULTS, EngineConfig
-from fdprof.regress import Case, Outcome, Suite
+from fdprof.regress import Outcome
 from fdprof.trace import load
+from tests.cli import fdprof
 
 pytestmark = pytest.mark.slow
 
@@ -30,16 +27,14 @@ def fault_config(fault: str) -> EngineConfig:
 
 
 class Runs:
-    """Engine runs made once per test session, by name."""
+    """The zoo's runs, checked as the regression suite checks them: the session's
+    (``tests/runs.py``), so a run another test asks for is made once."""
 
-    def __init__(self, root: Path) -> None:
-        self.suite = Suite(root, log=lambda line: None)
-        self._done: dict[str, Outcome] = {}
+    def __init__(self, engine_runs) -> None:
+        self.engine_runs = engine_runs
 
     def get(self, name: str, cfg: EngineConfig) -> Outcome:
-        if name not in self._done:
-            self._done[name] = self.suite.run(Case(name, cfg, (0,)), 0)
-        return self._done[name]
+        return self.engine_runs.checked(name, cfg)
 
     def fault(self, fault: str) -> Outcome:
         return self.get(f"fault {fault}", fault_config(fault))
@@ -50,14 +45,13 @@ class Runs:
         return self.get(f"v1 {cfg.workload} chunk {cfg.chunk}", cfg)
 
 
-@pytest.fixture(scope="session")
-def runs(tmp_path_factory) -> Runs:
-    return Runs(tmp_path_factory.mktemp("zoo"))
+@pytest.fixture
+def runs(engine_runs) -> Runs:
+    return Runs(engine_runs)
 
 
 def hazards_cli(run_dir: str) -> int:
-    return subprocess.run([sys.executable, "-m", "fdprof", "hazards", run_dir],
-                          capture_output=True, timeout=300).returncode  # fmt: skip
+    return fdprof("hazards", run_dir).returncode
 
 
 #: the spans (and roles) each fault's races are between: the worker's reads or writes of a

@@ -10,6 +10,8 @@ import sys
 import pytest
 from corpus import BASELINE
 
+from tests.cli import fdprof
+
 #: a real process whose hazard analysis has a bug planted in it (a ZeroDivisionError)
 PLANTED = """
 import sys
@@ -51,8 +53,7 @@ def test_debug_shows_the_traceback(where):
 def test_bad_input_exits_2_with_the_reason_even_with_debug(tmp_path):
     bad = tmp_path / "t.json"
     bad.write_text('{"traceEvents": [{"ph": "X", "ts": "soon"}]}')
-    result = subprocess.run([sys.executable, "-m", "fdprof", "--debug", "hazards", str(bad)],
-                            capture_output=True, text=True, timeout=120)  # fmt: skip
+    result = fdprof("--debug", "hazards", bad)
     assert result.returncode == 2
     (line,) = result.stderr.strip().splitlines()
     assert "expected a number of microseconds, got 'soon'" in line

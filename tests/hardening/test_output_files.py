@@ -9,28 +9,23 @@ import json
 import multiprocessing
 import os
 import stat
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
-from test_signals import ROOT, TOY, fdprof, serving
+from test_signals import TOY, serving
+from test_signals import fdprof as fdprof_process
 
 from fdprof import files, settings
 from fdprof.errors import FdprofError
 from fdprof.formats.rundir import write_run_manifest
 from fdprof.probe.sdk.recorder import open_recorder
+from tests.cli import fdprof
 
 
 def mode(path: Path) -> int:
     return stat.S_IMODE(path.lstat().st_mode)
-
-
-def fdprof_cli(*args: object, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "fdprof", *map(str, args)], cwd=ROOT,
-                          capture_output=True, text=True, timeout=600,
-                          env={**os.environ, **(env or {})})  # fmt: skip
 
 
 @pytest.fixture
@@ -139,10 +134,10 @@ def test_a_run_is_private_and_follows_no_planted_link(tmp_path, bait):
     os.chmod(out, 0o700)
     for name in ("run.json", "tokens.json"):
         (out / name).symlink_to(bait)
-    refused = fdprof_cli("run", "--out", out, "--requests", 4, "--workload", "no-swap")
+    refused = fdprof("run", "--out", out, "--requests", 4, "--workload", "no-swap")
     assert refused.returncode == 2 and "is not empty" in refused.stderr  # without --force
     assert_untouched(bait)
-    result = fdprof_cli("run", "--out", out, "--requests", 4, "--workload", "no-swap", "--force")
+    result = fdprof("run", "--out", out, "--requests", 4, "--workload", "no-swap", "--force")
     assert result.returncode == 0, result.stderr
     assert_untouched(bait)
     written = [p for p in out.iterdir()]
@@ -156,7 +151,7 @@ def test_a_run_is_private_and_follows_no_planted_link(tmp_path, bait):
 @pytest.mark.slow
 def test_a_new_run_directory_is_0700_or_as_fdprof_file_mode_says(tmp_path):
     out = tmp_path / "deep" / "run"
-    result = fdprof_cli("run", "--out", out, "--requests", 4, "--workload", "no-swap",
+    result = fdprof("run", "--out", out, "--requests", 4, "--workload", "no-swap",
                         env={settings.FILE_MODE: "0640"})  # fmt: skip
     assert result.returncode == 0, result.stderr
     assert mode(out) == 0o750
@@ -166,11 +161,11 @@ def test_a_new_run_directory_is_0700_or_as_fdprof_file_mode_says(tmp_path):
 @pytest.mark.slow
 def test_a_second_run_on_the_same_out_refuses_and_leaves_the_first_alone(tmp_path):
     out = tmp_path / "run"
-    first = fdprof("run", "--out", out, "--requests", 2000)
+    first = fdprof_process("run", "--out", out, "--requests", 2000)
     try:
         serving(first, out)
         records = sorted(out.glob("*.rec"))
-        second = fdprof_cli("run", "--out", out, "--requests", 4)
+        second = fdprof("run", "--out", out, "--requests", 4)
         assert second.returncode == 2
         (line,) = second.stderr.strip().splitlines()
         assert line == (f"fdprof run: {out} is in use by another fdprof run (pid {first.pid}): "
@@ -188,13 +183,13 @@ def test_a_second_run_on_the_same_out_refuses_and_leaves_the_first_alone(tmp_pat
 def test_a_second_ab_on_the_same_out_refuses(tmp_path):
     out = tmp_path / "ab"
     slow = f"{sys.executable} {TOY} --tokens 100000 --step-ms 5"
-    first = fdprof("ab", "--baseline", slow, "--candidate", slow, "--runs", 2, "--out", out)
+    first = fdprof_process("ab", "--baseline", slow, "--candidate", slow, "--runs", 2, "--out", out)
     try:
         run_dir = out / "runs" / "baseline-0"
         while not list(run_dir.glob("*.rec")):
             assert first.poll() is None
             time.sleep(0.05)
-        second = fdprof_cli("ab", "--baseline", "true", "--candidate", "true", "--out", out)
+        second = fdprof("ab", "--baseline", "true", "--candidate", "true", "--out", out)
         assert second.returncode == 2
         assert "is in use by another fdprof run" in second.stderr
         assert len(second.stderr.strip().splitlines()) == 1

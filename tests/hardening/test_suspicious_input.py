@@ -6,17 +6,12 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 
 import pytest
 from corpus import BASELINE, _x
 
 from fdprof.trace import load, perfetto
-
-
-def fdprof(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "fdprof", *args], capture_output=True,
-                          text=True, timeout=120)  # fmt: skip
+from tests.cli import fdprof
 
 
 def warnings(result: subprocess.CompletedProcess) -> list[str]:

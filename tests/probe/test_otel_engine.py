@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 
 import pytest
-from engine_runs import fdprof_run
 from otlp_receiver import Receiver, attrs, canonical
 
 from fdprof.analysis.hazards import find_hazards
@@ -14,6 +13,7 @@ from fdprof.probe.sdk.otel_export import STATS_FILE
 from fdprof.probe.sdk.otel_replay import replay
 from fdprof.trace import load
 from fdprof.trace.export import OtelView
+from tests.cli import fdprof
 
 pytestmark = pytest.mark.slow
 
@@ -21,7 +21,10 @@ pytestmark = pytest.mark.slow
 def test_engine_spans_and_metrics_reach_a_real_receiver(tmp_path, monkeypatch):
     monkeypatch.setenv("OTEL_METRIC_EXPORT_INTERVAL", "500")
     with Receiver() as rx:
-        results = json.loads(fdprof_run(tmp_path / "run", "--otlp-endpoint", rx.endpoint).stdout)
+        run = fdprof("run", "--requests", 24, "--kv-lock", "ipc", "--otlp-endpoint", rx.endpoint,
+                     "--json", "--out", tmp_path / "run")  # fmt: skip
+        assert run.returncode == 0, run.stderr
+        results = json.loads(run.stdout)
         spans = rx.spans()
         live = canonical(rx.scoped_spans())
         metric_names = rx.metric_names()

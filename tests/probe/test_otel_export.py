@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -18,6 +16,7 @@ from schemas import validate
 from fdprof import probe
 from fdprof import settings as env
 from fdprof.probe.sdk.otel_export import OtelExportObserver, observers_for
+from tests.cli import fdprof
 
 
 def test_spans_resources_links_and_metrics_over_otlp(tmp_path, impl, monkeypatch):
@@ -173,10 +172,7 @@ def test_export_otlp_json_names_its_schema():
     """``export-otlp --json`` to a real receiver: the output validates against its schema."""
     lockless = Path(__file__).resolve().parents[2] / "traces" / "lockless"
     with Receiver() as rx:
-        result = subprocess.run(
-            [sys.executable, "-m", "fdprof", "export-otlp", str(lockless), "--endpoint",
-             rx.endpoint, "--json"], capture_output=True, text=True, timeout=300,
-        )  # fmt: skip
+        result = fdprof("export-otlp", lockless, "--endpoint", rx.endpoint, "--json")
         received = len(rx.spans())
     assert result.returncode == 0, result.stderr
     data = json.loads(result.stdout)

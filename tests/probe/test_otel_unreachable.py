@@ -7,9 +7,9 @@ import json
 import socket
 
 import pytest
-from engine_runs import fdprof_run
 
 from fdprof.probe.sdk.otel_export import STATS_FILE
+from tests.cli import fdprof
 
 pytestmark = pytest.mark.slow
 
@@ -21,7 +21,9 @@ def test_unreachable_endpoint_does_not_hang_the_run(tmp_path, monkeypatch):
     s.bind(("127.0.0.1", 0))
     port = s.getsockname()[1]
     s.close()
-    result = fdprof_run(tmp_path / "run", "--otlp-endpoint", f"http://127.0.0.1:{port}")
+    result = fdprof("run", "--requests", 24, "--kv-lock", "ipc", "--otlp-endpoint",
+                    f"http://127.0.0.1:{port}", "--json", "--out", tmp_path / "run")  # fmt: skip
+    assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["generated_tokens"] > 0
     stats = json.loads((tmp_path / "run" / STATS_FILE).read_text())
     assert stats["spans_exported"] == 0

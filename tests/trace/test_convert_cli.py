@@ -1,19 +1,12 @@
 import gzip
 import json
-import subprocess
-import sys
 
 import pytest
 from roundtrip import assert_same
 from shared_data import DATA
 
 from fdprof.trace import load
-
-
-def fdprof(*args):
-    return subprocess.run(
-        [sys.executable, "-m", "fdprof", *args], capture_output=True, text=True, timeout=120
-    )
+from tests.cli import fdprof
 
 
 @pytest.mark.parametrize(

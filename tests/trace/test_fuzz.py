@@ -5,8 +5,6 @@ import gzip
 import json
 import shutil
 import sqlite3
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
@@ -17,6 +15,7 @@ from nsys_export import PUSHPOP, build_export
 
 from fdprof.errors import FdprofError
 from fdprof.trace import load, otlp, perfetto
+from tests.cli import fdprof
 
 SETTINGS = settings(
     max_examples=30,
@@ -85,12 +84,6 @@ def test_mutated_record_files(samples, how, which):
         rec = sorted(copy.glob("*.rec"))[which]
         rec.write_bytes(mutate(rec.read_bytes(), how))
         must_load_or_fail_cleanly(copy)
-
-
-def fdprof(*args):
-    return subprocess.run(
-        [sys.executable, "-m", "fdprof", *args], capture_output=True, text=True, timeout=120
-    )
 
 
 def _not_nsys(path: Path) -> None:

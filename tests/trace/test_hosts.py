@@ -9,8 +9,6 @@ is shifted by its offset afterwards (the merge sees the same thing; the engine's
 differ, which is said in the test's name)."""
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -24,6 +22,7 @@ from fdprof.probe import ProbeConfig
 from fdprof.trace import load, save, store
 from fdprof.trace.hosts import merge_hosts
 from fdprof.trace.roll import RollObserver
+from tests.cli import fdprof
 
 pytestmark = pytest.mark.slow
 #: each host's CLOCK_MONOTONIC offset (whole seconds: unshare's unit)
@@ -40,11 +39,6 @@ def _namespaces() -> bool:
 
 
 NAMESPACES = _namespaces()
-
-
-def _fdprof(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "fdprof", *args], capture_output=True,
-                          text=True, timeout=900)  # fmt: skip
 
 
 def _run(tmp_path: Path, fault: bool) -> Path:
@@ -79,7 +73,7 @@ def _shift_store(path: Path, by: int, tmp: Path) -> None:
 
 
 def _merge(endpoint: Path, out: Path) -> dict:
-    r = _fdprof("merge", str(endpoint), "--out", str(out), "--json")
+    r = fdprof("merge", str(endpoint), "--out", str(out), "--json")
     assert r.returncode == 0, r.stderr
     merged = json.loads(r.stdout)
     validate("merge", merged)
@@ -100,7 +94,7 @@ def _check_offsets(merged: dict) -> None:
 
 
 def _hazards(path: Path) -> dict:
-    r = _fdprof("hazards", str(path), "--json")
+    r = fdprof("hazards", str(path), "--json")
     assert r.returncode in (0, 1), r.stderr
     return json.loads(r.stdout)
 

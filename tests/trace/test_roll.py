@@ -12,18 +12,14 @@ from roundtrip import assert_same
 from schemas import validate
 
 from fdprof.trace import load, store
+from tests.cli import fdprof
 
 EVERY_TABLE = ("spans", "accesses", "syncs", "attrs", "processes")
 
 
-def _fdprof(*args: str, **kw) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "fdprof", *args], capture_output=True,
-                          text=True, timeout=600, **kw)  # fmt: skip
-
-
 def canonical_hazards(path) -> dict:
     """``hazards --json`` with races in a fixed order (row order is the store's own)."""
-    r = _fdprof("hazards", str(path), "--json")
+    r = fdprof("hazards", str(path), "--json")
     assert r.returncode in (0, 1), r.stderr
     out = json.loads(r.stdout)
     for key in ("races", "clock_alarms"):
@@ -37,7 +33,7 @@ def canonical_hazards(path) -> dict:
 def test_run_rolls_into_a_store(fault, tmp_path):
     run, out = tmp_path / "run", tmp_path / "run.parquet"
     args = ["run", "--out", str(run), "--parquet", str(out), "--roll-s", "0.2", "--requests", "24"]
-    r = _fdprof(*args, *(["--fault", fault] if fault else []))
+    r = fdprof(*args, *(["--fault", fault] if fault else []))
     assert r.returncode == 0, r.stderr
     windows = {p.name for p in store.part_files(out, "spans")}
     assert len(windows) >= 3  # rolled as it went, not once at the end
@@ -60,7 +56,7 @@ def test_roll_follows_a_live_run(tmp_path):
     while not (run / "run.json").exists():
         assert time.monotonic() < deadline and engine.poll() is None
         time.sleep(0.05)
-    r = _fdprof("roll", str(run), str(out), "--follow", "--roll-s", "0.2", "--json")
+    r = fdprof("roll", str(run), str(out), "--follow", "--roll-s", "0.2", "--json")
     assert engine.wait(timeout=600) == 0
     assert r.returncode == 0, r.stderr
     summary = json.loads(r.stdout)

@@ -2,8 +2,6 @@
 every command takes a store where it takes a trace."""
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pandas as pd
@@ -14,6 +12,7 @@ from shared_data import DATA
 
 from fdprof.cli import main
 from fdprof.trace import load, pyspy, save, store
+from tests.cli import fdprof
 
 ROOT = Path(__file__).resolve().parents[2]
 REFERENCE = sorted(p for p in (ROOT / "traces").iterdir() if p.is_dir())
@@ -65,23 +64,18 @@ def test_accesses_are_bucketed_by_block_with_their_spans(tmp_path):
         assert (part["span_lane"].to_numpy() == spans.loc[part["span_id"], "lane"].to_numpy()).all()
 
 
-def _cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "fdprof", *args], capture_output=True, text=True,
-                          timeout=600)  # fmt: skip
-
-
 def test_every_command_reads_a_store(tmp_path):
     """convert to a store, then hazards, diff and convert read it as they read the trace."""
     faulty = ROOT / "traces" / "fault-no-wait-swap-in"
     out = tmp_path / "s"
     assert main(["convert", str(faulty), str(out), "--to", "parquet"]) == 0
-    direct, stored = _cli("hazards", str(faulty), "--json"), _cli("hazards", str(out), "--json")
+    direct, stored = fdprof("hazards", str(faulty), "--json"), fdprof("hazards", str(out), "--json")
     assert direct.returncode == stored.returncode == 1
     assert json.loads(direct.stdout) == json.loads(stored.stdout)
     base = ROOT / "traces" / "baseline"
     d1, d2 = (
-        _cli("diff", str(base), str(faulty), "--json"),
-        _cli("diff", str(base), str(out), "--json"),
+        fdprof("diff", str(base), str(faulty), "--json"),
+        fdprof("diff", str(base), str(out), "--json"),
     )
     assert d1.returncode == d2.returncode == 0
     a, b = json.loads(d1.stdout), json.loads(d2.stdout)
@@ -94,7 +88,7 @@ def test_every_command_reads_a_store(tmp_path):
 def test_writing_refuses_a_directory_in_use(tmp_path):
     (tmp_path / "busy").mkdir()
     (tmp_path / "busy" / "x").write_text("mine")
-    r = _cli("convert", str(REFERENCE[0]), str(tmp_path / "busy"), "--to", "parquet")
+    r = fdprof("convert", str(REFERENCE[0]), str(tmp_path / "busy"), "--to", "parquet")
     assert r.returncode == 2 and len(r.stderr.splitlines()) == 1
     assert (tmp_path / "busy" / "x").read_text() == "mine"
 
@@ -132,7 +126,7 @@ def test_corrupt_store_is_bad_input(case, tmp_path):
     save(load(REFERENCE[0]), root, "parquet")
     _damage(root, case)
     for cmd in (["hazards", str(root)], ["convert", str(root), str(tmp_path / "o.json")]):
-        r = _cli(*cmd)
+        r = fdprof(*cmd)
         assert r.returncode == 2, (case, r.stderr)
         assert len(r.stderr.strip().splitlines()) == 1, (case, r.stderr)
         assert "Traceback" not in r.stderr
