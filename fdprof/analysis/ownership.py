@@ -273,10 +273,16 @@ class _Accesses:
     def _last_before(self, idx: np.ndarray, key, lane, start) -> np.ndarray:
         """Per query, the position in ``idx`` (event indices, sorted by key then allocator
         order) of the last event of its key that happens before (lane, start); -1: none."""
+        return self._last_in_group_before(idx, self.ev["key"][idx], key, lane, start)
+
+    def _last_in_group_before(self, idx, groups, q_groups, lane, start) -> np.ndarray:
+        """Per query, the position in ``idx`` of the last event of its group (``groups``: the
+        events' group, sorted) that happens before (lane, start), by a binary search per
+        query run together over all of them (happens-before is monotone along a group in
+        allocator order); -1: none."""
         ev = self.ev
-        ev_key = ev["key"][idx]
-        first = np.searchsorted(ev_key, key, "left")
-        lo, hi = first.copy(), np.searchsorted(ev_key, key, "right")
+        first = np.searchsorted(groups, q_groups, "left")
+        lo, hi = first.copy(), np.searchsorted(groups, q_groups, "right")
         while True:
             open_ = np.flatnonzero(lo < hi)
             if len(open_) == 0:
@@ -394,20 +400,8 @@ class _Accesses:
 
     def _last_before_combo(self, idx, combo, q_combo, rows) -> np.ndarray:
         """As :meth:`_last_before`, over events grouped by (block, request) ``combo``."""
-        ev, x = self.ev, self.x
-        first = np.searchsorted(combo, q_combo, "left")
-        lo, hi = first.copy(), np.searchsorted(combo, q_combo, "right")
-        lane, start = x["lane"][rows], x["start"][rows]
-        while True:
-            open_ = np.flatnonzero(lo < hi)
-            if len(open_) == 0:
-                break
-            mid = (lo[open_] + hi[open_]) // 2
-            e = idx[mid]
-            before = self.hb(ev["lane"][e], ev["end"][e], lane[open_], start[open_])
-            lo[open_] = np.where(before, mid + 1, lo[open_])
-            hi[open_] = np.where(before, hi[open_], mid)
-        return np.where(lo > first, lo - 1, -1)
+        x = self.x
+        return self._last_in_group_before(idx, combo, q_combo, x["lane"][rows], x["start"][rows])
 
     def _stale(self, rows: np.ndarray, gen: np.ndarray) -> list[tuple]:
         x = self.x

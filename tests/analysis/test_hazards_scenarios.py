@@ -206,16 +206,7 @@ def test_broadcast_release_orders_every_acquirer():
 
 def test_json_shape():
     doc = find_hazards(swap_in_then_execute(wait_for=None)).to_json()
-    counts = {
-        "races",
-        "latent",
-        "overlaps",
-        "clock_alarms",
-        "gaps",
-        "broken_locks",
-        "lifetime",
-        "ownership",
-    }
+    counts = set(CLEAN)
     assert set(doc["counts"]) == counts
     assert doc["races"][0]["blocks"] == ["gpu:7"] and doc["races"][0]["overlapped"] is False
 
