@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -82,10 +83,17 @@ def fdprof(*args: object, env: Mapping[str, str] | None = None) -> subprocess.Co
     :class:`SystemExit` from deep inside included), and what it and the processes it started
     wrote on stdout and stderr."""
     argv = [str(a) for a in args]
+    # a command that was interrupted leaves its "only noted" handlers installed (a process on
+    # its way out must not die of a second signal): this process lives on, so put them back
+    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
     # the flags' limits live in the module for the life of a process: one call's must not leak
-    with mock.patch.dict(limits._overrides), _environment(env), _captured() as written:
-        try:
-            code = main(argv)
-        except SystemExit as exc:  # --help, --version: argparse exits
-            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    try:
+        with mock.patch.dict(limits._overrides), _environment(env), _captured() as written:
+            try:
+                code = main(argv)
+            except SystemExit as exc:  # --help, --version: argparse exits
+                code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    finally:
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
     return subprocess.CompletedProcess(["fdprof", *argv], code, written["out"], written["err"])
