@@ -75,12 +75,11 @@ def test_seeded_fault_is_flagged_in_every_run(engine_runs, fault, seed, fault_ou
     )
 
 
-#: runs of 5 whose KV each fault must corrupt (default 3): every fault's window is one a waiting
-#: scheduler walks into (free-before-swap-out lets it take the freed blocks at once); a swap-in's
-#: host block freed early, only where an eviction writes it before the swap-in read it (in 0 of
-#: 5 runs of 24 requests here; the ownership analysis flags every one, and
-#: tests/engine/test_faults.py shows the corruption with a wider window)
-CORRUPTS_AT_LEAST: dict[str, int] = {"free-under-swap-in": 0}
+#: runs of 5 whose KV each fault must corrupt (default 3): every fault's window is one the
+#: other side walks into (free-before-swap-out lets the waiting scheduler take the freed blocks
+#: at once; free-under-swap-in delays only the swap-in, so evictions overwrite its freed host
+#: blocks before it reads them)
+CORRUPTS_AT_LEAST: dict[str, int] = {}
 
 
 def test_faults_corrupt_data_and_races_are_found_without_overlap(fault_outcomes):

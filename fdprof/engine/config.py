@@ -81,12 +81,14 @@ FAULT_PRESSURE: dict[Fault, dict] = {
     Fault.LOAD_BACK_UNFENCED: {"workload": "swap-heavy"},
     Fault.SHARED_PREFIX_STREAMS: {"workload": "nested-prefix", "requests": 48},
 }
-#: where a fault's delay widens its window: before each copy (default), in the worker's forward
-#: (a slow kernel the copy should have waited for), or nowhere (the fault needs no window)
+#: where a fault's delay widens its window: before each copy (default), before each swap-in's
+#: copy only, in the worker's forward (a slow kernel the copy should have waited for), or
+#: nowhere (the fault needs no window)
 _FAULT_WINDOW: dict[Fault, str | None] = {
     Fault.STORE_BEFORE_COMPUTE_DONE: "in-forward",
     Fault.COMPUTE_RACES_STORE: "in-forward",
     Fault.LOAD_BACK_UNFENCED: "in-forward",
+    Fault.FREE_UNDER_SWAP_IN: "before-swap-in",
     Fault.SHARED_PREFIX_STREAMS: None,
 }
 
@@ -270,12 +272,16 @@ class EngineConfig:
     def _window(self) -> str | None:
         return _FAULT_WINDOW.get(self.fault, "before-copy") if self.fault else None
 
-    @property
-    def copy_delay_s(self) -> float:
-        """How long the transfer waits before each copy (V1: before each layer's copy of a
-        swap-in, a share of it); some faults slow the worker's forward instead (a slow kernel
-        the copy should have waited for), shared-prefix-streams nothing."""
-        return self.fault_delay_s if self._window == "before-copy" else 0.0
+    def copy_delay_s(self, direction: str) -> float:
+        """How long the transfer waits before a copy in ``direction`` (V1: before each layer's
+        copy of a swap-in, a share of it); free-under-swap-in delays swap-ins only (the
+        swap-outs that overwrite its freed host blocks land in the window), some faults slow
+        the worker's forward instead (a slow kernel the copy should have waited for),
+        shared-prefix-streams nothing."""
+        window = self._window
+        if window == "before-copy" or (window == "before-swap-in" and direction == S.TO_GPU):
+            return self.fault_delay_s
+        return 0.0
 
     @property
     def compute_delay_s(self) -> float:

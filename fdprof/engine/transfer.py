@@ -128,8 +128,8 @@ class Transfer:
                 write_key, dst, written = H.KV_GPU_WRITE, self.dev, task.gpu_blocks
             p.set_ints(sid, read_key, read)
             p.set_ints(sid, write_key, written)
-            if self.cfg.copy_delay_s:
-                time.sleep(self.cfg.copy_delay_s)
+            if delay := self.cfg.copy_delay_s(task.direction):
+                time.sleep(delay)
             self._copy(task.direction, src, dst, read, written)
             expected = [fp[self.tp_rank] for fp in task.fps]
             bad = self.integrity[task.direction].check(dst, written, expected)
@@ -189,7 +189,7 @@ class AsyncCopies:
         t, stream = self.t, self.streams[S.TO_CPU]
         if task.after_step and self.cfg.fault not in UNFENCED_STORE_FAULTS:
             stream.wait(self.compute_done, task.after_step)
-        args = (t.dev, t.host, task.gpu_blocks, task.cpu_blocks, expected, checker, out)
+        args = (S.TO_CPU, t.dev, t.host, task.gpu_blocks, task.cpu_blocks, expected, checker, out)
         dsid = stream.launch(H.SWAP_COPY, self._copy, *args, parent=sid)
         read, written = (H.KV_GPU_READ, task.gpu_blocks), (H.KV_CPU_WRITE, task.cpu_blocks)
         _describe(dsid, task.task_id, read, written)
@@ -205,7 +205,7 @@ class AsyncCopies:
             target = self.foreign  # the bug: no event of this stream is waited on
         else:
             read_ids = self._stage(task, sid)
-        args = (t.host, t.dev, read_ids, task.gpu_blocks, expected, checker, out)
+        args = (S.TO_GPU, t.host, t.dev, read_ids, task.gpu_blocks, expected, checker, out)
         dsid = target.launch(H.SWAP_COPY, self._copy, *args, parent=sid)
         _describe(dsid, task.task_id, (H.KV_CPU_READ, read_ids), (H.KV_GPU_WRITE, task.gpu_blocks))
         if target is stream:
@@ -231,13 +231,13 @@ class AsyncCopies:
             host[:, :, staged[0] : staged[0] + n] = host.index_select(2, idx)
         return staged
 
-    def _copy(self, src, dst, s_ids, d_ids, expected, checker, out) -> None:
+    def _copy(self, direction, src, dst, s_ids, d_ids, expected, checker, out) -> None:
         """The device copy (on its stream): the fault's delay, the merged runs at the link's
         pace, then the destination checked against the fingerprints."""
         try:
             with torch.inference_mode():
-                if self.cfg.copy_delay_s:
-                    time.sleep(self.cfg.copy_delay_s)
+                if delay := self.cfg.copy_delay_s(direction):
+                    time.sleep(delay)
                 t0 = time.monotonic()
                 for s, d, n in block_runs(s_ids, d_ids):
                     dst[:, :, d : d + n].copy_(src[:, :, s : s + n], non_blocking=True)
@@ -304,8 +304,8 @@ class LayeredCopies(AsyncCopies):
         cfg, src, dst = self.cfg, self.t.host, self.t.dev
         try:
             with torch.inference_mode():
-                if cfg.copy_delay_s:
-                    time.sleep(cfg.copy_delay_s / cfg.layers)
+                if delay := cfg.copy_delay_s(S.TO_GPU):
+                    time.sleep(delay / cfg.layers)
                 t0 = time.monotonic()
                 for hb, ht, db, dt, n in pieces:
                     dst[layer, :, db, dt : dt + n].copy_(src[layer, :, hb, ht : ht + n],
