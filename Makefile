@@ -60,9 +60,12 @@ $(SCHEMA_STAMP): $(SCHEMA)/package.json $(SCHEMA)/package-lock.json | system-dep
 demo: $(STAMP)
 	$(VENV)/bin/fdprof ab --out out/demo --force
 
+# the whole suite on TEST_WORKERS pytest-xdist workers, each taking whole groups (a module, or
+# the modules sharing the session's engine or vLLM runs: tests/conftest.py)
+TEST_WORKERS ?= 2
 test: system-deps $(STAMP) $(SCHEMA_STAMP) $(VLLM_STAMP) $(HTA_STAMP)
 	FDPROF_VLLM_PYTHON=$(abspath $(VLLM_PY)) FDPROF_HTA_PYTHON=$(abspath $(HTA_VENV)/bin/python) \
-		$(PY) -m pytest -q
+		$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup
 
 # every lock mode on the old path and on Cache Manager V1, DP=2 with EP and TP=2, several
 # seeds and workloads, each seeded fault: no race, no corrupted block, no NaN/Inf, tokens equal

@@ -4,8 +4,8 @@ OpenTelemetry variables (``OTEL_*``, as the specification names them), fdprof's 
 pass the values on (the OTLP exporters get every value explicitly), so one place says what each
 variable means and a bad value fails the same way everywhere: one line naming the variable
 (:class:`~fdprof.errors.FdprofError`). What fdprof sets for the processes it starts goes
-through here too (:func:`child_env`, :func:`exported`, :func:`export`), so ``os.environ``
-appears in this module alone (``tests/test_vocabulary.py``).
+through here too (:func:`child_env`, :func:`exported`, :func:`adopt`, :func:`export`), so
+``os.environ`` appears in this module alone (``tests/test_vocabulary.py``).
 
 No imports beyond the standard library: the engine's processes read their settings here too.
 """
@@ -159,6 +159,13 @@ def exported(extra: Mapping[str, str]) -> Iterator[None]:
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+
+
+def adopt(environ: Mapping[str, str]) -> None:
+    """This process's environment becomes ``environ``: a process forked from a fork server
+    takes its starter's environment, not the server's."""
+    os.environ.clear()
+    os.environ.update(environ)
 
 
 def export(name: str, value: str) -> None:

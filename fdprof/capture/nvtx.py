@@ -1,6 +1,6 @@
 """NVTX capture without Nsight Systems: the environment that loads our injection library.
 
-``fdprof run --nvtx-capture`` sets :func:`injection_env` in every child before spawning it
+``fdprof run --nvtx-capture`` sets :func:`injection_env` in every child as it starts
 (and turns the probe's NVTX sink on); each process then writes ``<run>/nvtx/nvtx-<pid>.cap``,
 read back by :mod:`fdprof.trace.nvtx_capture`. The library is built by ``setup.py`` from
 ``nvtx_inject.c``.

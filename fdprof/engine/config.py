@@ -1,4 +1,4 @@
-"""The engine's settings: one plain dataclass that crosses spawn and lands in run.json."""
+"""The engine's settings: a plain dataclass that crosses into each process and lands in run.json."""
 
 from __future__ import annotations
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import multiprocessing
 import os
 import queue
 import re
@@ -169,11 +170,12 @@ class Control:
     """Run-wide flags in shared memory: slot 0 asks everyone to stop; slot 1 + r counts the
     requests DP rank r has finished (the supervisor's progress bar reads it)."""
 
-    def __init__(
-        self, path: Path, dp: int, create: bool = False, supervisor: int | None = None
-    ) -> None:
+    def __init__(self, path: Path, dp: int, create: bool = False, child: bool = False) -> None:
         self._a = shm_array(path, 1 + dp, create)
-        self._supervisor = supervisor
+        #: the process that started this one (the supervisor), seen through the pipe it holds
+        #: open: its end closes when it dies, whoever the process's parent is (a fork server's
+        #: children are not the supervisor's)
+        self._supervisor = multiprocessing.parent_process() if child else None
 
     def stop(self) -> None:
         self._a[0] = 1
@@ -181,7 +183,7 @@ class Control:
     @property
     def stopping(self) -> bool:
         """Asked to stop, or orphaned: a supervisor killed outright cannot ask."""
-        orphaned = self._supervisor is not None and os.getppid() != self._supervisor
+        orphaned = self._supervisor is not None and not self._supervisor.is_alive()
         return bool(self._a[0]) or orphaned or _terminated
 
     def add_finished(self, rank: int, n: int) -> None:

@@ -14,7 +14,6 @@ import contextlib
 import gc
 import json
 import multiprocessing
-import os
 import queue
 import signal
 import time
@@ -28,7 +27,7 @@ from fdprof import semconv as S
 from fdprof.engine.config import EngineConfig, fault_modes
 from fdprof.engine.hosts import Hosts
 from fdprof.engine.ipc import Control, RunPaths, SwapSignal, create_shm_file, remove_stale
-from fdprof.engine.process import GroupQueues, ProcessContext, child_main
+from fdprof.engine.process import ROLES, GroupQueues, ProcessContext, StdStreams, child_main
 from fdprof.engine.reference import REFERENCE_DIR, TOKENS_FILE, compare_tokens, reference_config
 from fdprof.engine.results import (
     EngineStats,
@@ -76,11 +75,24 @@ def _exit_reason(exitcode: int | None) -> str:
 Key = tuple[str, int, int]
 
 
+def _start_method(hosts: Hosts | None) -> multiprocessing.context.BaseContext:
+    """How the engine's processes start. They fork from a server that imported their modules
+    (torch among them) once per supervisor, rather than each being a new interpreter importing
+    torch: seconds of CPU per process per run, most of a short run's cost. The server imports
+    and runs nothing else (no CUDA), so the children start as clean as spawned ones. Simulated
+    hosts spawn: each host's processes need an executable of their own (its clock)."""
+    if hosts is not None:
+        return multiprocessing.get_context("spawn")
+    mp = multiprocessing.get_context("forkserver")
+    mp.set_forkserver_preload(sorted(set(ROLES.values())))
+    return mp
+
+
 class _Group:
     """The live processes of one run and their messages to the supervisor."""
 
     def __init__(self, cfg, hosts: Hosts | None = None) -> None:
-        self._mp = multiprocessing.get_context("spawn")
+        self._mp = _start_method(hosts)
         self.cfg = cfg
         self.hosts = hosts
         self.tp = cfg.tp
@@ -97,27 +109,28 @@ class _Group:
         """Start every process; each is in :attr:`procs` as soon as it started, so an
         interrupt half-way stops those already running."""
         mp, cfg = self._mp, self.cfg
-        with settings.exported(env):
-            for rank in range(cfg.dp):
-                queues = GroupQueues.make(mp, cfg.tp)
-                self.queues.append(queues)
-                own = cfg if self.hosts is None else self.hosts.config(cfg, rank)
-                ctx = ProcessContext(
-                    own, probe_config, rank, paths, queues, self.report_q, self.go, os.getpid()
-                )
-                members = [(S.ROLE_ENGINE, -1)] + [
-                    (role, t) for t in range(cfg.tp) for role in (S.ROLE_TRANSFER, S.ROLE_WORKER)
-                ]
-                host = contextlib.nullcontext() if self.hosts is None else self.hosts.spawning(
-                    mp, rank)  # fmt: skip
-                with host:
-                    for role, t in members:
-                        name = f"{role}-{rank}" if cfg.tp == 1 or t < 0 else f"{role}-{rank}.{t}"
-                        proc = mp.Process(
-                            target=child_main, args=(role, replace(ctx, tp_rank=t)), name=name
-                        )
-                        proc.start()
-                        self.procs.append(((role, rank, t), proc))
+        environ = settings.child_env(env)
+        for rank in range(cfg.dp):
+            queues = GroupQueues.make(mp, cfg.tp)
+            self.queues.append(queues)
+            own = cfg if self.hosts is None else self.hosts.config(cfg, rank)
+            ctx = ProcessContext(
+                own, probe_config, rank, paths, queues, self.report_q, self.go, environ,
+                StdStreams(),
+            )
+            members = [(S.ROLE_ENGINE, -1)] + [
+                (role, t) for t in range(cfg.tp) for role in (S.ROLE_TRANSFER, S.ROLE_WORKER)
+            ]
+            host = contextlib.nullcontext() if self.hosts is None else self.hosts.spawning(
+                mp, rank)  # fmt: skip
+            with host:
+                for role, t in members:
+                    name = f"{role}-{rank}" if cfg.tp == 1 or t < 0 else f"{role}-{rank}.{t}"
+                    proc = mp.Process(
+                        target=child_main, args=(role, replace(ctx, tp_rank=t)), name=name
+                    )
+                    proc.start()
+                    self.procs.append(((role, rank, t), proc))
 
     def describe(self, exitcodes: bool = False) -> list[dict]:
         return [

@@ -1,4 +1,4 @@
-"""What every engine process shares: its context (plain data and queues, passed through spawn)
+"""What every engine process shares: its context (plain data and queues, passed to it at start)
 and the entry point that sets up the probe, reports to the supervisor and turns a failure into a
 message saying why."""
 
@@ -9,9 +9,11 @@ import os
 import signal
 import traceback
 from dataclasses import dataclass
+from multiprocessing import reduction
 from typing import Any
 
 from fdprof import semconv as S
+from fdprof import settings
 from fdprof.engine.config import EngineConfig
 from fdprof.engine.ipc import Control, RunPaths, Stopped, stop_this_process
 from fdprof.probe import ProbeConfig, sdk
@@ -48,6 +50,40 @@ class GroupQueues:
         return [*self.batch, *self.swap, *self.setup, self.result]
 
 
+class _Descriptor:
+    """A descriptor of the starting process, pickled as a duplicate for the child."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+
+    def __reduce__(self):
+        return _inherited, (reduction.DupFd(self.fd),)
+
+
+def _inherited(duplicate: Any) -> int:
+    return duplicate.detach()
+
+
+@dataclass(frozen=True)
+class StdStreams:
+    """This process's stdout and stderr, handed to a child however it starts (multiprocessing
+    duplicates them into the child, as it does for the queues' pipes). Unpickled in the child,
+    the fields are the child's own descriptors."""
+
+    out: int = 1
+    err: int = 2
+
+    def __reduce__(self):
+        return StdStreams, (_Descriptor(self.out), _Descriptor(self.err))
+
+    def install(self) -> None:
+        """Make them this process's descriptors 1 and 2."""
+        for fd, target in ((self.out, 1), (self.err, 2)):
+            if fd != target:
+                os.dup2(fd, target)
+                os.close(fd)
+
+
 @dataclass(frozen=True)
 class ProcessContext:
     cfg: EngineConfig
@@ -57,7 +93,11 @@ class ProcessContext:
     queues: GroupQueues
     report_q: Any
     go: Any
-    supervisor_pid: int
+    #: the supervisor's environment with the run's additions, and its stdout and stderr as
+    #: they are at the start (:class:`StdStreams`): a child forked from a fork server starts
+    #: with the server's, which may be older
+    environ: dict[str, str]
+    stdio: StdStreams
     #: the process's TP rank; -1 for the engine process, which serves every rank of its group
     tp_rank: int = -1
 
@@ -80,7 +120,7 @@ class ProcessContext:
     @property
     def control(self) -> Control:
         """The run's control block, as seen by a child of the supervisor."""
-        return Control(self.paths.control, self.cfg.dp, supervisor=self.supervisor_pid)
+        return Control(self.paths.control, self.cfg.dp, child=True)
 
     def report(self, kind: str, role: str, payload: Any = None) -> None:
         self.report_q.put((kind, role, self.rank, self.tp_rank, payload))
@@ -91,6 +131,8 @@ def child_main(role: str, ctx: ProcessContext) -> None:
     SIGTERM (the supervisor's, or one sent to the whole process group) stops it cleanly."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, stop_this_process)
+    settings.adopt(ctx.environ)
+    ctx.stdio.install()
     sdk.configure(ctx.probe_config, role, ctx.rank, ctx.tp_rank)
     try:
         stats = importlib.import_module(ROLES[role]).serve(ctx)

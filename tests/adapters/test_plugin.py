@@ -14,7 +14,6 @@ from fdprof import semconv as S
 from fdprof.adapters.vllm import process_role, register
 from fdprof.formats.rundir import write_run_manifest
 from fdprof.trace import load
-from tests.adapters.conftest import in_vllm
 
 
 def test_register_does_nothing_without_a_run_dir(monkeypatch):
@@ -67,7 +66,9 @@ def test_configure_from_env_records_into_the_run_dir(monkeypatch, tmp_path):
 
 
 @pytest.mark.slow
-def test_a_vllm_missing_a_hook_target_is_one_line_naming_it_and_an_unrecorded_run(tmp_path):
+def test_a_vllm_missing_a_hook_target_is_one_line_naming_it_and_an_unrecorded_run(
+    in_vllm, tmp_path
+):
     done = in_vllm(
         """
         from vllm.v1.core.block_pool import BlockPool
@@ -89,7 +90,7 @@ def test_a_vllm_missing_a_hook_target_is_one_line_naming_it_and_an_unrecorded_ru
 
 
 @pytest.mark.slow
-def test_a_version_never_seen_whose_targets_resolve_is_recorded(tmp_path):
+def test_a_version_never_seen_whose_targets_resolve_is_recorded(in_vllm, tmp_path):
     """No allow-list: what decides is whether the hooks' targets are there."""
     done = in_vllm(
         """
@@ -108,7 +109,7 @@ def test_a_version_never_seen_whose_targets_resolve_is_recorded(tmp_path):
 
 
 @pytest.mark.slow
-def test_a_side_interpreter_of_a_vllm_run_is_not_another_main(tmp_path):
+def test_a_side_interpreter_of_a_vllm_run_is_not_another_main(in_vllm, tmp_path):
     """vLLM inspects a model class in a fresh interpreter on a cold cache, plugins loaded: it
     records nothing and writes no run.json; the run's own main process does both."""
     done = in_vllm(
@@ -131,7 +132,7 @@ def test_a_side_interpreter_of_a_vllm_run_is_not_another_main(tmp_path):
 
 
 @pytest.mark.slow
-def test_a_failing_hook_is_counted_and_vllm_goes_on(tmp_path):
+def test_a_failing_hook_is_counted_and_vllm_goes_on(in_vllm, tmp_path):
     done = in_vllm(
         """
         import json
@@ -165,7 +166,7 @@ def test_a_failing_hook_is_counted_and_vllm_goes_on(tmp_path):
 
 
 @pytest.mark.slow
-def test_completion_edges_only_for_jobs_submitted_here(tmp_path):
+def test_completion_edges_only_for_jobs_submitted_here(in_vllm, tmp_path):
     """The offloading worker's wait on a job this process submitted is an edge; on one it
     never submitted, nothing but ``swap.unsubmitted``, which hazards reports as its own gap."""
     done = in_vllm(

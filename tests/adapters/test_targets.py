@@ -11,7 +11,6 @@ import pytest
 
 from fdprof.adapters.vllm import targets as T
 from fdprof.adapters.vllm.source import Source
-from tests.adapters.conftest import in_vllm
 
 DATA = Path(__file__).with_name("data")
 OFFLOAD = Path(T.__file__).with_name("offload.py")
@@ -80,7 +79,7 @@ def test_each_kind_of_change_is_named(key, fact, problem):
 
 
 @pytest.mark.slow
-def test_vllm_0_32_resolves_every_target_alike_at_run_time_and_from_its_source(tmp_path):
+def test_vllm_0_32_resolves_every_target_alike_at_run_time_and_from_its_source(in_vllm):
     """In the real vLLM 0.32.0: the plugin's own lookup (import, getattr, inspect) finds every
     target, and the source reader finds the same facts in its installed files."""
     done = in_vllm(

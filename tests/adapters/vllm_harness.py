@@ -1,15 +1,21 @@
-"""Several vLLM workload runs from one warm interpreter, for the adapter tests (test-only).
+"""vLLM runs and scripts from one warm interpreter, for the adapter tests (test-only).
 
-Importing vLLM is most of a short run's time here (40-90 s of a one-minute workload on a busy
-two-core machine). This imports it once, then forks one child per run, ``jobs`` at a time.
-Each child redirects its output to the run's log, sets ``FDPROF_RUN_DIR``, seeds the run's
-bug into vLLM (:mod:`tests.adapters.vllm_bugs`) if it has one, and runs
-``bench/vllm_workload.py``'s ``main`` with the run's arguments: vLLM in one process
-(``VLLM_ENABLE_V1_MULTIPROCESSING=0``), so a patch reaches the engine core and the worker.
+Importing vLLM is most of a short run here (40-90 s of a one-minute workload on a busy
+two-core machine, 10-15 s of a short script). This imports it once and serves batches for the
+whole test session: each line on stdin is one batch, ``{"jobs": N, "runs": [...]}``; it forks
+one child per run, ``N`` at a time, and answers one line (each run's exit status and wall
+time) when every run of the batch has ended. Each child sends its output to the run's files,
+takes the run's environment additions (``env``; ``FDPROF_RUN_DIR`` from ``run_dir``) and runs
+either
 
-Usage: ``python vllm_harness.py PLAN.json`` with ``{"jobs": N, "runs": [{"run_dir", "log",
-"argv", "bug"}]}``; each run's exit status goes to ``<log>.rc``, its wall time to the
-harness's output.
+- a workload run (``argv``; ``bug``): the bug seeded into vLLM first
+  (:mod:`tests.adapters.vllm_bugs`), then ``bench/vllm_workload.py``'s ``main`` with ``argv``:
+  vLLM in one process unless ``--multiprocess`` (so a patch reaches the engine core and the
+  worker), or
+- a script (``script``): Python source, run as ``python -c`` runs it,
+
+then the exit handlers (the plugin writes ``run.json`` at exit), and exits with its status.
+Nothing of fdprof's plugin is imported or registered here before a run does it itself.
 """
 
 from __future__ import annotations
@@ -25,14 +31,27 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 
 
+def _redirect(run: dict) -> None:
+    for fd, key in ((1, "log"), (2, "err")):
+        opened = os.open(run.get(key) or run["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND,
+                         0o644)  # fmt: skip
+        os.dup2(opened, fd)
+        os.close(opened)
+
+
 def _child(run: dict) -> int:
-    fd = os.open(run["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    os.dup2(fd, 1)
-    os.dup2(fd, 2)
+    for path in {run["log"], run.get("err") or run["log"]}:
+        Path(path).write_text("")
+    _redirect(run)
+    os.environ.update(run.get("env", {}))
     if run.get("run_dir"):
         os.environ["FDPROF_RUN_DIR"] = run["run_dir"]
     else:
         os.environ.pop("FDPROF_RUN_DIR", None)
+    if "script" in run:
+        sys.argv = ["-c"]
+        exec(compile(run["script"], "<string>", "exec"), {"__name__": "__main__"})
+        return 0
     if run.get("bug"):
         import vllm_bugs
 
@@ -42,40 +61,53 @@ def _child(run: dict) -> int:
     return vllm_workload.main(run["argv"])
 
 
-def main(plan_path: str) -> int:
-    plan = json.loads(Path(plan_path).read_text())
+def _fork(run: dict) -> int:
+    pid = os.fork()
+    if pid:
+        return pid
+    code = 70
+    try:
+        code = _child(run)
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    except BaseException:  # noqa: BLE001 - the child's own failure, in its log
+        code = 1
+        sys.excepthook(*sys.exc_info())  # as uncaught: the plugin's run.json says so
+    finally:
+        atexit._run_exitfuncs()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+
+
+def serve_batch(batch: dict) -> list[dict]:
+    """Every run of ``batch``, ``jobs`` at a time: [{"status", "wall_s"}] in its order."""
+    waiting = list(enumerate(batch["runs"]))
+    running: dict[int, tuple[int, float]] = {}
+    ended: dict[int, dict] = {}
+    while waiting or running:
+        while waiting and len(running) < batch.get("jobs", 2):
+            index, run = waiting.pop(0)
+            running[_fork(run)] = (index, time.monotonic())
+        pid, status = os.wait()
+        index, t0 = running.pop(pid)
+        ended[index] = {"status": os.waitstatus_to_exitcode(status),
+                        "wall_s": round(time.monotonic() - t0, 1)}  # fmt: skip
+    return [ended[i] for i in range(len(ended))]
+
+
+def main() -> int:
     sys.path[:0] = [str(HERE), str(ROOT / "bench")]
-    import vllm_workload  # noqa: F401 - warm imports the children share
+    import torch  # noqa: F401 - warm imports the children share
+    import vllm_workload  # noqa: F401
     from vllm import LLM, SamplingParams  # noqa: F401
+    from vllm.v1.core import block_pool  # noqa: F401
     from vllm.v1.engine import core  # noqa: F401
 
-    import fdprof.adapters.vllm.offload  # noqa: F401
-
-    waiting = list(plan["runs"])
-    running: dict[int, dict] = {}
-    while waiting or running:
-        while waiting and len(running) < plan.get("jobs", 2):
-            run = waiting.pop(0)
-            pid = os.fork()
-            if pid == 0:
-                code = 70
-                try:
-                    code = _child(run)
-                except BaseException:  # noqa: BLE001 - the child's own failure, in its log
-                    sys.excepthook(*sys.exc_info())  # as uncaught: the plugin's run.json says so
-                finally:
-                    atexit._run_exitfuncs()  # the plugin writes run.json at exit
-                    sys.stdout.flush()
-                    sys.stderr.flush()
-                    os._exit(code)
-            running[pid] = run | {"t0": time.monotonic()}
-        pid, status = os.wait()
-        run = running.pop(pid)
-        code = os.waitstatus_to_exitcode(status)
-        Path(run["log"] + ".rc").write_text(str(code))
-        print(f"{run['log']}: exit {code} after {time.monotonic() - run['t0']:.0f} s", flush=True)
+    for line in sys.stdin:
+        print(json.dumps(serve_batch(json.loads(line))), flush=True)
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1]))
+    sys.exit(main())

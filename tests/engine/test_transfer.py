@@ -15,7 +15,7 @@ from fdprof.engine.config import EngineConfig
 from fdprof.engine.integrity import fingerprints
 from fdprof.engine.ipc import Control, RunPaths, SwapSignal
 from fdprof.engine.messages import SwapTask
-from fdprof.engine.process import GroupQueues, ProcessContext
+from fdprof.engine.process import GroupQueues, ProcessContext, StdStreams
 from fdprof.engine.transfer import Transfer, block_runs, create_device_cache
 from fdprof.engine.worker import attach_device_cache
 from fdprof.probe import ProbeConfig
@@ -30,7 +30,7 @@ def ctx():
     SwapSignal(paths.signal(0, 0), create=True)
     Control(paths.control, 1, create=True)
     queues = GroupQueues([None], [None], [queue.Queue()], None)
-    yield ProcessContext(CFG, ProbeConfig(), 0, paths, queues, None, None, os.getppid(), 0)
+    yield ProcessContext(CFG, ProbeConfig(), 0, paths, queues, None, None, {}, StdStreams(), 0)
     for leftover in paths.leftovers():
         leftover.unlink()
 

@@ -1,23 +1,20 @@
 """Every crafted malformed input (:mod:`corpus`), through every command that reads a trace, as
-a real process under a 3 GiB address-space cap: exit 2, one line naming the problem, no
-traceback, and done well within the hang guard."""
+a real process under a 3 GiB address-space cap (forked from a warm parent: :mod:`capped`):
+exit 2, one line naming the problem, no traceback, and done well within the hang guard."""
 
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import corpus_strict  # noqa: F401 (its cases register into CASES)
 import pytest
+from capped import fdprof_capped
 from corpus import BASELINE, CASES
 
 #: the memory cap of the issue: ``prlimit --as=3G``
 ADDRESS_SPACE = 3 << 30
-#: a hang guard, not a timing threshold: a case that takes this long is a hang
-HANG_S = 120
 COMMANDS = ("hazards", "diff", "convert")
 #: each case through one command in turn (the readers are shared; a command only wraps them),
 #: every case through every command with FDPROF_HARDENING_ALL=1
@@ -46,12 +43,7 @@ def built(tmp_path_factory):
 
 def capped(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
     """``fdprof ARGS`` under the address-space cap."""
-    cmd = [sys.executable, "-m", "fdprof", *args]
-    prlimit = shutil.which("prlimit")
-    if prlimit:
-        cmd = [prlimit, f"--as={ADDRESS_SPACE}", *cmd]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=HANG_S, env=env,
-                          stdin=subprocess.DEVNULL)  # fmt: skip
+    return fdprof_capped(*args, cap=ADDRESS_SPACE, env=env)
 
 
 def argv(command: str, path: Path, out: Path) -> list[str]:
