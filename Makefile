@@ -60,9 +60,10 @@ $(SCHEMA_STAMP): $(SCHEMA)/package.json $(SCHEMA)/package-lock.json | system-dep
 demo: $(STAMP)
 	$(VENV)/bin/fdprof ab --out out/demo --force
 
-# the whole suite on TEST_WORKERS pytest-xdist workers, each taking whole groups (a module, or
-# the modules sharing the session's engine or vLLM runs: tests/conftest.py)
-TEST_WORKERS ?= 2
+# the whole suite on TEST_WORKERS pytest-xdist workers (three fill two cores: engine runs wait in
+# their fault windows), each taking whole groups (a module, or the modules sharing the
+# session's engine or vLLM runs: tests/conftest.py)
+TEST_WORKERS ?= 3
 test: system-deps $(STAMP) $(SCHEMA_STAMP) $(VLLM_STAMP) $(HTA_STAMP)
 	FDPROF_VLLM_PYTHON=$(abspath $(VLLM_PY)) FDPROF_HTA_PYTHON=$(abspath $(HTA_VENV)/bin/python) \
 		$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup

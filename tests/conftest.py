@@ -1,6 +1,8 @@
 """Puts ``tests/`` on the import path (pytest does so for a folder with a conftest), so every
-test imports the shared helpers that live here (``synthetic``, ``schemas``), and holds
-the session's shared engine runs."""
+test imports the shared helpers that live here (``synthetic``, ``schemas``), holds the
+session's shared engine runs, and groups the tests for ``make test``'s workers."""
+
+import collections
 
 import pytest
 
@@ -38,11 +40,22 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     """Under pytest-xdist (``make test``: ``--dist loadgroup``), a worker takes a whole group:
     a module (its module fixtures made once), or the modules sharing a session fixture (the
     session's engine runs, the vLLM runs: made once, on one worker). The groups that share
-    runs, then the modules with slow tests, go first, so the longest do not start last."""
+    runs, then those with slow tests, then those with property tests, and within each the
+    larger first: the longest should not start last."""
     modules = _shared_groups(items)
     group = {item: modules[item.nodeid.split("::")[0]] for item in items}
-    slow = {group[item] for item in items if item.get_closest_marker("slow") is not None}
+    slow = {group[i] for i in items if i.get_closest_marker("slow") is not None}
+    properties = {group[i] for i in items if getattr(i, "obj", None) is not None
+                  and getattr(i.obj, "is_hypothesis_test", False)}  # fmt: skip
     for item in items:
         item.add_marker(pytest.mark.xdist_group(group[item]))
-    items.sort(key=lambda i: (not group[i].startswith("fixture:"), group[i] not in slow))
+
+    size = collections.Counter(group.values())
+
+    def rank(item: pytest.Item) -> tuple[int, int]:
+        g = group[item]
+        tier = 0 if g.startswith("fixture:") else 1 if g in slow else 2 if g in properties else 3
+        return tier, -size[g]
+
+    items.sort(key=rank)
     return (yield)  # before pytest-xdist's hook, which names each test's group in its id

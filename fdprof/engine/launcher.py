@@ -109,14 +109,13 @@ class _Group:
         """Start every process; each is in :attr:`procs` as soon as it started, so an
         interrupt half-way stops those already running."""
         mp, cfg = self._mp, self.cfg
-        environ = settings.child_env(env)
+        environ, stdio = settings.child_env(env), StdStreams()
         for rank in range(cfg.dp):
             queues = GroupQueues.make(mp, cfg.tp)
             self.queues.append(queues)
             own = cfg if self.hosts is None else self.hosts.config(cfg, rank)
             ctx = ProcessContext(
-                own, probe_config, rank, paths, queues, self.report_q, self.go, environ,
-                StdStreams(),
+                own, probe_config, rank, paths, queues, self.report_q, self.go, environ, stdio
             )
             members = [(S.ROLE_ENGINE, -1)] + [
                 (role, t) for t in range(cfg.tp) for role in (S.ROLE_TRANSFER, S.ROLE_WORKER)

@@ -8,6 +8,8 @@ from schemas import validate
 
 from tests.cli import fdprof
 
+pytestmark = pytest.mark.slow  # each module fixture runs an A/B of engine runs
+
 
 @pytest.fixture(scope="module")
 def ab_run(tmp_path_factory):

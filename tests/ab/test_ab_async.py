@@ -10,6 +10,8 @@ import pytest
 
 from tests.ab.conftest import fdprof_ab
 
+pytestmark = pytest.mark.slow  # each module fixture runs an A/B of engine runs
+
 
 @pytest.fixture(scope="module", params=[False, True], ids=["unlock-after-launch", "sync"])
 def async_ab(request, tmp_path_factory):

@@ -123,15 +123,14 @@ def vllm_model(vllm_server, tmp_path_factory) -> Path:
 
 
 def run_all(server: VllmServer, base: Path, configs: dict[str, tuple[list[str], str | None]],
-            ) -> dict[str, VllmRun]:  # fmt: skip
+            cache: Path) -> dict[str, VllmRun]:  # fmt: skip
     """Every configuration (its workload arguments, its seeded bug or None), each recording
-    into ``base/<name>``, on a vLLM cache of their own (a cold one makes vLLM inspect the
-    model class in a side interpreter, as on a fresh machine)."""
+    into ``base/<name>``, with ``cache`` as vLLM's cache."""
     runs = {name: VllmRun(name, base / name, base / f"{name}.json", base / f"{name}.log")
             for name in configs}  # fmt: skip
     specs = [{"argv": [*args, "--outputs", str(runs[name].outputs_path)], "bug": bug,
               "run_dir": str(runs[name].run_dir), "log": str(runs[name].log),
-              "env": {"VLLM_CACHE_ROOT": str(base / "cache")}}
+              "env": {"VLLM_CACHE_ROOT": str(cache)}}
              for name, (args, bug) in configs.items()]  # fmt: skip
     for run, done in zip(runs.values(), server.batch(specs), strict=True):
         run.returncode = done["status"]
@@ -139,14 +138,24 @@ def run_all(server: VllmServer, base: Path, configs: dict[str, tuple[list[str], 
 
 
 @pytest.fixture(scope="session")
-def vllm_runs(vllm_server, vllm_model, tmp_path_factory) -> dict[str, VllmRun]:
-    model = ["--model-dir", str(vllm_model)]
-    configs = {name: ([*model, *args], None) for name, args in CONFIGS.items()}
-    return run_all(vllm_server, tmp_path_factory.mktemp("vllm"), configs)
+def vllm_cache(tmp_path_factory) -> Path:
+    """A vLLM cache for the runs that do not need a cold one (vLLM inspects a model class in
+    a side interpreter on a cold cache: 10 s a run here)."""
+    return tmp_path_factory.mktemp("vllm-cache")
 
 
 @pytest.fixture(scope="session")
-def polling_pair(vllm_server, vllm_model, tmp_path_factory) -> dict[str, VllmRun]:
+def vllm_runs(vllm_server, vllm_model, tmp_path_factory) -> dict[str, VllmRun]:
+    """The four workload runs, on a cold vLLM cache of their own, as on a fresh machine: the
+    model class is inspected in a side interpreter, which must not record."""
+    model = ["--model-dir", str(vllm_model)]
+    configs = {name: ([*model, *args], None) for name, args in CONFIGS.items()}
+    base = tmp_path_factory.mktemp("vllm")
+    return run_all(vllm_server, base, configs, cache=base / "cache")
+
+
+@pytest.fixture(scope="session")
+def polling_pair(vllm_server, vllm_model, vllm_cache, tmp_path_factory) -> dict[str, VllmRun]:
     """Two runs of one configuration (asynchronous offloading: requests whose prefix is
     loading back wait, and the engine polls with steps that schedule nothing until the load is
     done), which differ only in how often the engine polled: that follows the copy thread's
@@ -158,7 +167,7 @@ def polling_pair(vllm_server, vllm_model, tmp_path_factory) -> dict[str, VllmRun
     return run_all(vllm_server, base, {
         "first": ([*common, "0", "2"], None),
         "second": ([*common, "1", "2"], None),
-    })  # fmt: skip
+    }, vllm_cache)  # fmt: skip
 
 
 #: the pressure workload (``--workload pressure``): a pool small enough to reallocate blocks
@@ -176,7 +185,7 @@ SEEDED_BUGS = {"touch-no-ref": 0, "free-twice": 0, "no-flush": 0, "no-wait": 0,
 
 
 @pytest.fixture(scope="session")
-def pressure_runs(vllm_server, vllm_model, tmp_path_factory) -> dict[str, VllmRun]:
+def pressure_runs(vllm_server, vllm_model, vllm_cache, tmp_path_factory) -> dict[str, VllmRun]:
     """The pressure workload: its reference, unmodified vLLM, and vLLM with each seeded bug."""
     common = ["--model-dir", str(vllm_model), *PRESSURE]
     configs: dict[str, tuple[list[str], str | None]] = {
@@ -185,7 +194,7 @@ def pressure_runs(vllm_server, vllm_model, tmp_path_factory) -> dict[str, VllmRu
     for bug, delay in SEEDED_BUGS.items():
         extra = ["--copy-delay-ms", str(delay)] if delay else []
         configs[bug] = ([*common, *PRESSURE_CONFIGS["correct"], *extra], bug)
-    return run_all(vllm_server, tmp_path_factory.mktemp("vllm-pressure"), configs)
+    return run_all(vllm_server, tmp_path_factory.mktemp("vllm-pressure"), configs, vllm_cache)
 
 
 @pytest.fixture(scope="session")
