@@ -1,7 +1,7 @@
 """Engine runs shared by the whole test session: one run per configuration, however many tests
 read it.
 
-A real engine run (three to six spawned processes, torch in each) costs seconds of CPU; many
+A real engine run (three to six processes, the worker's model on the CPU) costs seconds; many
 tests only read what a run recorded or returned. They ask the session fixture ``engine_runs``
 (``tests/conftest.py``) for a configuration; the first asks runs it, the others get the same
 :class:`EngineRun` (or, through :meth:`EngineRuns.checked`, the same regression-suite
@@ -16,6 +16,8 @@ string or as its enum, a fault's modes turned on by the fault or given: the same
 
 from __future__ import annotations
 
+import fcntl
+import hashlib
 import json
 import shutil
 from dataclasses import dataclass
@@ -52,10 +54,14 @@ class EngineRun:
 
 
 class EngineRuns:
-    """The session's runs, by configuration; each made on first request, into ``root``."""
+    """The session's runs, by configuration; each made on first request, into ``shared``: a
+    directory every pytest-xdist worker of the session sees, so a run one worker made is read by
+    the others (a lock file per configuration: the first to ask makes it, the others wait for
+    it). ``root`` holds what one worker alone uses (the regression suite's checked runs)."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, shared: Path) -> None:
         self.root = root
+        self.shared = shared
         self._runs: dict[tuple[EngineConfig, bool], EngineRun] = {}
         self._suite = Suite(root / "checked", log=lambda line: None)
         self._checked: dict[EngineConfig, Outcome] = {}
@@ -66,9 +72,15 @@ class EngineRuns:
         config = EngineConfig(**settings)
         key = (config, reference)
         if key not in self._runs:
-            run_dir = self.root / f"run-{len(self._runs)}"
-            results = run_engine(config, ProbeConfig(run_dir=str(run_dir)), reference=reference)
-            self._runs[key] = EngineRun(config, results.to_json(), run_dir)
+            name = hashlib.sha256(repr(key).encode()).hexdigest()[:16]
+            run_dir, done = self.shared / f"run-{name}", self.shared / f"run-{name}.json"
+            with open(self.shared / f"run-{name}.lock", "w") as lock:
+                fcntl.flock(lock, fcntl.LOCK_EX)  # another worker making it: wait for it
+                if not done.exists():
+                    results = run_engine(config, ProbeConfig(run_dir=str(run_dir)),
+                                         reference=reference)  # fmt: skip
+                    done.write_text(json.dumps(results.to_json()))
+            self._runs[key] = EngineRun(config, json.loads(done.read_text()), run_dir)
         return self._runs[key]
 
     def checked(self, name: str, config: EngineConfig) -> Outcome:

@@ -16,7 +16,9 @@ from fdprof.regress import Outcome
 from fdprof.trace import load
 from tests.cli import fdprof
 
-pytestmark = pytest.mark.slow
+#: on one of make test's workers: its runs are checked by one regression suite, whose reference
+#: runs (one per seed) they share
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("tests/engine/test_zoo.py")]
 
 REQUESTS = 32
 
