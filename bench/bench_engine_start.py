@@ -25,17 +25,15 @@ import time
 ARMS = ("spawn", "forkserver")
 
 
-def _cpu_s(pid: int | str = "self") -> float:
-    """utime + stime + the reaped children's, of ``pid``, in seconds."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return sum(int(x) for x in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+def _own_cpu_s(resource) -> float:
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    return own.ru_utime + own.ru_stime
 
 
 def sample(arm: str, runs: int, requests: int) -> list[dict]:
     """``runs`` engine runs in this process with ``arm``'s start method."""
     import multiprocessing
-    from multiprocessing import forkserver
+    import resource
 
     from fdprof.engine import launcher
     from fdprof.engine.config import EngineConfig
@@ -46,14 +44,12 @@ def sample(arm: str, runs: int, requests: int) -> list[dict]:
     out = []
     with tempfile.TemporaryDirectory() as tmp:
         for i in range(runs):
-            server = forkserver._forkserver._forkserver_pid
-            before = _cpu_s() + (_cpu_s(server) if server else 0.0)
+            before = _own_cpu_s(resource) + launcher.ended_children_cpu_s()
             t0 = time.perf_counter()
             launcher.run_engine(EngineConfig(requests=requests, seed=i, kv_lock="none"),
                                 ProbeConfig(run_dir=f"{tmp}/run-{i}"))  # fmt: skip
             wall = time.perf_counter() - t0
-            server = forkserver._forkserver._forkserver_pid
-            after = _cpu_s() + (_cpu_s(server) if server else 0.0)
+            after = _own_cpu_s(resource) + launcher.ended_children_cpu_s()
             out.append({"wall_s": wall, "cpu_s": after - before})
     return out
 

@@ -28,7 +28,7 @@ import numpy as np
 from fdprof import semconv as S
 from fdprof.analysis.hazards import find_hazards
 from fdprof.engine.config import FAULT_PRESSURE, EngineConfig
-from fdprof.engine.launcher import run_engine
+from fdprof.engine.launcher import ended_children_cpu_s, run_engine
 from fdprof.engine.reference import compare_tokens, reference_config
 from fdprof.engine.results import RunResults
 from fdprof.probe import ProbeConfig
@@ -266,10 +266,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _cpu_s() -> float:
-    """CPU seconds of this process and its waited-for children (the engine's processes)."""
-    own, children = (resource.getrusage(w) for w in (resource.RUSAGE_SELF,
-                                                        resource.RUSAGE_CHILDREN))  # fmt: skip
-    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+    """CPU seconds of this process and of the engine processes it ran that have ended."""
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    return own.ru_utime + own.ru_stime + ended_children_cpu_s()
 
 
 if __name__ == "__main__":

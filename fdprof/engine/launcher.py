@@ -14,11 +14,14 @@ import contextlib
 import gc
 import json
 import multiprocessing
+import os
 import queue
+import resource
 import signal
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
+from multiprocessing import forkserver
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -86,6 +89,23 @@ def _start_method(hosts: Hosts | None) -> multiprocessing.context.BaseContext:
     mp = multiprocessing.get_context("forkserver")
     mp.set_forkserver_preload(sorted(set(ROLES.values())))
     return mp
+
+
+def ended_children_cpu_s() -> float:
+    """CPU seconds of the processes this one started that have ended: those it waited for
+    itself (spawned ones, and any other child) and those its fork server reaped (the engine's
+    processes are the server's children, so the kernel adds their time to the server's), with
+    the server's own (its one import of torch)."""
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    total = children.ru_utime + children.ru_stime
+    server = getattr(forkserver._forkserver, "_forkserver_pid", None)
+    if server:
+        with contextlib.suppress(OSError):
+            with open(f"/proc/{server}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            # utime, stime, cutime, cstime (fields 14-17 of proc(5))
+            total += sum(int(x) for x in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+    return total
 
 
 class _Group:
