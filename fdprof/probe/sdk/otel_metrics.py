@@ -210,7 +210,6 @@ class PromMetrics:
                 metric = pc.Counter(m.prom_name, m.description, labels, registry=self.registry)
             self._metrics[m.otel_name] = (metric, labels)
         self._exposition = pc.make_wsgi_app(self.registry)
-        self._scraped = False
         self._final_armed = False
         self._final_served = threading.Event()
         try:
@@ -235,7 +234,6 @@ class PromMetrics:
         :meth:`wait_for_scrape` armed (so it collected the final counts) has been written."""
         final = self._final_armed  # read before the registry is collected
         body = self._exposition(environ, start_response)
-        self._scraped = True
         return _OnClose(body, self._final_served.set if final else None)
 
     def record(self, obs: Iterable[Observation], span: SpanContext | None = None) -> None:
@@ -255,11 +253,12 @@ class PromMetrics:
                 child.inc(value)
 
     def wait_for_scrape(self, timeout_s: float) -> None:
-        """If a scraper has been collecting, give it up to ``timeout_s`` for one more scrape,
-        begun after this call and written out in full, so the run's final counts (the last
-        steps, spans dropped at shutdown) are seen before the endpoint goes: a short run would
-        otherwise end between two scrapes unseen."""
-        if self._scraped:
+        """Give the scraper up to ``timeout_s`` for one more scrape, begun after this call and
+        written out in full, so the run's final counts (the last steps, the findings, spans
+        dropped at shutdown) are seen before the endpoint goes: a short run would otherwise
+        end between two scrapes unseen, or before the first (a run of a few seconds can end
+        before a new target's first scrape; so the wait does not depend on one having come)."""
+        if timeout_s > 0:
             self._final_armed = True
             self._final_served.wait(timeout_s)
 
