@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -25,7 +26,7 @@ import time
 ARMS = ("spawn", "forkserver")
 
 
-def _own_cpu_s(resource) -> float:
+def _own_cpu_s() -> float:
     own = resource.getrusage(resource.RUSAGE_SELF)
     return own.ru_utime + own.ru_stime
 
@@ -33,7 +34,6 @@ def _own_cpu_s(resource) -> float:
 def sample(arm: str, runs: int, requests: int) -> list[dict]:
     """``runs`` engine runs in this process with ``arm``'s start method."""
     import multiprocessing
-    import resource
 
     from fdprof.engine import launcher
     from fdprof.engine.config import EngineConfig
@@ -44,12 +44,12 @@ def sample(arm: str, runs: int, requests: int) -> list[dict]:
     out = []
     with tempfile.TemporaryDirectory() as tmp:
         for i in range(runs):
-            before = _own_cpu_s(resource) + launcher.ended_children_cpu_s()
+            before = _own_cpu_s() + launcher.ended_children_cpu_s()
             t0 = time.perf_counter()
             launcher.run_engine(EngineConfig(requests=requests, seed=i, kv_lock="none"),
                                 ProbeConfig(run_dir=f"{tmp}/run-{i}"))  # fmt: skip
             wall = time.perf_counter() - t0
-            after = _own_cpu_s(resource) + launcher.ended_children_cpu_s()
+            after = _own_cpu_s() + launcher.ended_children_cpu_s()
             out.append({"wall_s": wall, "cpu_s": after - before})
     return out
 

@@ -87,16 +87,22 @@ class RunPaths:
 _OWN_NAME = re.compile(r"^fdprof-(\d+)-(\d+)-(\d+)-[0-9a-f]{8}-")
 
 
-def start_time(pid: int) -> int:
-    """When process ``pid`` started, in clock ticks after boot (``/proc/<pid>/stat`` field 22);
-    0 when there is no such process."""
+def proc_stat(pid: int) -> list[bytes]:
+    """Fields 3 on of ``/proc/<pid>/stat`` (index ``i`` is field ``i + 3`` of proc(5)); empty
+    when there is no such process."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
             stat = f.read()
     except OSError:
-        return 0
+        return []
     # the name (field 2) is in parentheses and may hold spaces or ')': split after the last ')'
-    fields = stat[stat.rfind(b")") + 2 :].split()
+    return stat[stat.rfind(b")") + 2 :].split()
+
+
+def start_time(pid: int) -> int:
+    """When process ``pid`` started, in clock ticks after boot (``/proc/<pid>/stat`` field 22);
+    0 when there is no such process."""
+    fields = proc_stat(pid)
     return int(fields[19]) if len(fields) > 19 else 0
 
 

@@ -29,7 +29,14 @@ from fdprof import files, interrupts, settings
 from fdprof import semconv as S
 from fdprof.engine.config import EngineConfig, fault_modes
 from fdprof.engine.hosts import Hosts
-from fdprof.engine.ipc import Control, RunPaths, SwapSignal, create_shm_file, remove_stale
+from fdprof.engine.ipc import (
+    Control,
+    RunPaths,
+    SwapSignal,
+    create_shm_file,
+    proc_stat,
+    remove_stale,
+)
 from fdprof.engine.process import ROLES, GroupQueues, ProcessContext, StdStreams, child_main
 from fdprof.engine.reference import REFERENCE_DIR, TOKENS_FILE, compare_tokens, reference_config
 from fdprof.engine.results import (
@@ -100,11 +107,8 @@ def ended_children_cpu_s() -> float:
     total = children.ru_utime + children.ru_stime
     server = getattr(forkserver._forkserver, "_forkserver_pid", None)
     if server:
-        with contextlib.suppress(OSError):
-            with open(f"/proc/{server}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-            # utime, stime, cutime, cstime (fields 14-17 of proc(5))
-            total += sum(int(x) for x in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+        # utime, stime, cutime, cstime: fields 14-17 of proc(5)
+        total += sum(int(x) for x in proc_stat(server)[11:15]) / os.sysconf("SC_CLK_TCK")
     return total
 
 
