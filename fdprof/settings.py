@@ -4,18 +4,17 @@ OpenTelemetry variables (``OTEL_*``, as the specification names them), fdprof's 
 pass the values on (the OTLP exporters get every value explicitly), so one place says what each
 variable means and a bad value fails the same way everywhere: one line naming the variable
 (:class:`~fdprof.errors.FdprofError`). What fdprof sets for the processes it starts goes
-through here too (:func:`child_env`, :func:`exported`, :func:`adopt`, :func:`export`), so
-``os.environ`` appears in this module alone (``tests/test_vocabulary.py``).
+through here too (:func:`child_env`, :func:`adopt`, :func:`export`), so ``os.environ``
+appears in this module alone (``tests/test_vocabulary.py``).
 
 No imports beyond the standard library: the engine's processes read their settings here too.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
 import urllib.parse
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from fdprof.errors import FdprofError
@@ -143,22 +142,6 @@ def run_dir(env: Mapping[str, str] | None = None) -> str | None:
 def child_env(extra: Mapping[str, str]) -> dict[str, str]:
     """The environment of a process fdprof starts: this one's, with ``extra`` over it."""
     return {**os.environ, **extra}
-
-
-@contextlib.contextmanager
-def exported(extra: Mapping[str, str]) -> Iterator[None]:
-    """``extra`` set in this process's environment within the block, for the children started
-    there (multiprocessing's spawn copies ``os.environ``), then put back as it was."""
-    saved = {k: os.environ.get(k) for k in extra}
-    os.environ.update(extra)
-    try:
-        yield
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 def adopt(environ: Mapping[str, str]) -> None:

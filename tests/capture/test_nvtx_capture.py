@@ -8,10 +8,11 @@ import multiprocessing as mp
 import os
 import signal
 import threading
+from unittest import mock
 
 import pytest
 
-from fdprof import probe, settings
+from fdprof import probe
 from fdprof.capture import nvtx as capture
 from fdprof.errors import FdprofError
 from fdprof.trace.nvtx_capture import capture_files, read_file, read_nvtx_capture, sniff
@@ -40,7 +41,7 @@ def _instrumented(run_dir: str, role: str, count: int, how: str) -> None:
 
 
 def _run(run_dir, role: str, count: int, how: str, env: dict[str, str]) -> int:
-    with settings.exported(env):
+    with mock.patch.dict(os.environ, env):
         proc = mp.get_context("spawn").Process(
             target=_instrumented, args=(str(run_dir), role, count, how)
         )

@@ -8,6 +8,7 @@ import os
 import threading
 import time
 from pathlib import Path
+from unittest import mock
 
 import pytest
 import torch
@@ -198,11 +199,10 @@ def test_nvtx_ranges_of_device_work_carry_the_span_id(tmp_path):
     so a capture joins back to the recorded span and its lane."""
     import multiprocessing as mp
 
-    from fdprof import settings
     from fdprof.capture import nvtx as capture
     from fdprof.trace.nvtx_capture import read_nvtx_capture
 
-    with settings.exported(capture.injection_env(tmp_path)):
+    with mock.patch.dict(os.environ, capture.injection_env(tmp_path)):
         proc = mp.get_context("spawn").Process(target=_device_work_under_nvtx,
                                                args=(str(tmp_path),))  # fmt: skip
         proc.start()
