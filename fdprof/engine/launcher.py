@@ -171,31 +171,34 @@ class _Group:
         ]
 
     def poll(self, timeout: float) -> None:
-        """Take the supervisor's messages; raise :class:`EngineCrashed` if a process died."""
+        """Take the supervisor's messages; raise :class:`EngineCrashed` if a process died.
+
+        Which processes have exited is looked at *before* the messages are read: a process's
+        last message is in the pipe by the time it has exited, so one that sent "done" and
+        exited while the queue was being read is not taken for a crash."""
+        exited = [(key, proc) for key, proc in self.procs if not proc.is_alive()]
+        self._take(timeout)
+        for key, proc in [(k, p) for k, p in self.procs if k in self.errors] + exited:
+            if key in self.done and key not in self.errors:
+                continue
+            proc.join(0.5)
+            self._take(0.2, rest=0.2)
+            if key in self.done and key not in self.errors:
+                continue
+            why = self.errors.get(key) or _exit_reason(proc.exitcode)
+            role, rank, t = key
+            where = f"dp rank {rank}" + (f", tp rank {t}" if t >= 0 and self.tp > 1 else "")
+            raise EngineCrashed(f"{role} process ({where}, pid {proc.pid}) died: {why}")
+
+    def _take(self, timeout: float, rest: float = 0.0) -> None:
+        """File every message waiting: up to ``timeout`` s for the first, ``rest`` for each next."""
         try:
             while True:
                 kind, role, rank, t, payload = self.report_q.get(timeout=timeout)
-                timeout = 0
+                timeout = rest
                 {"ready": self.ready, "done": self.done, "error": self.errors}[kind][
                     (role, rank, t)
                 ] = payload
-        except queue.Empty:
-            pass
-        for key, proc in self.procs:
-            if key in self.errors or (not proc.is_alive() and key not in self.done):
-                proc.join(0.5)
-                self._drain()
-                why = self.errors.get(key) or _exit_reason(proc.exitcode)
-                role, rank, t = key
-                where = f"dp rank {rank}" + (f", tp rank {t}" if t >= 0 and self.tp > 1 else "")
-                raise EngineCrashed(f"{role} process ({where}, pid {proc.pid}) died: {why}")
-
-    def _drain(self) -> None:
-        try:
-            while True:
-                kind, role, rank, t, payload = self.report_q.get(timeout=0.2)
-                if kind == "error":
-                    self.errors[(role, rank, t)] = payload
         except queue.Empty:
             pass
 

@@ -2,16 +2,19 @@
 /dev/shm; Ctrl-C on ``fdprof run`` stops cleanly too."""
 
 import json
+import multiprocessing
 import os
+import queue
 import signal
 import subprocess
 import sys
 import threading
 import time
+from types import SimpleNamespace
 
 import pytest
 
-from fdprof.engine.launcher import EngineCrashed
+from fdprof.engine.launcher import EngineCrashed, _Group
 from tests.engine.conftest import SHM, manifest, run
 
 
@@ -110,3 +113,55 @@ def _running(pid: int) -> bool:
             return f.read().rsplit(")", 1)[1].split()[0] != "Z"
     except FileNotFoundError:
         return False
+
+
+class _LateQueue:
+    """The report queue as the supervisor saw it in CI once: the first read times out just
+    before the process's "done" arrives and the process exits."""
+
+    def __init__(self, real, child, sent) -> None:
+        self.real, self.child, self.sent = real, child, sent
+        self.missed = False
+
+    def get(self, timeout: float):
+        if not self.missed:
+            self.missed = True
+            self.sent.set()
+            self.child.join(10)
+            raise queue.Empty
+        return self.real.get(timeout=timeout)
+
+
+def _report_done(report_q, sent) -> None:
+    sent.wait(10)
+    report_q.put(("done", "engine", 0, -1, "served"))
+
+
+def _exit_silently() -> None:
+    pass
+
+
+def test_done_then_exit_during_a_read_is_not_a_crash():
+    """A process that sends "done" and exits while the supervisor reads the queue is done, not
+    dead (the exits are looked at before the messages are read). Fails when they are not."""
+    group = _Group(SimpleNamespace(tp=1))
+    mp = multiprocessing.get_context("fork")
+    sent = mp.Event()
+    child = mp.Process(target=_report_done, args=(group.report_q, sent))
+    child.start()
+    group.procs.append((("engine", 0, -1), child))
+    group.report_q = _LateQueue(group.report_q, child, sent)
+    group.poll(0.05)
+    group.poll(0.05)
+    assert group.done == {("engine", 0, -1): "served"}
+
+
+def test_exit_without_done_is_a_crash():
+    group = _Group(SimpleNamespace(tp=1))
+    child = multiprocessing.get_context("fork").Process(target=_exit_silently)
+    child.start()
+    child.join(10)
+    group.procs.append((("worker", 0, 0), child))
+    with pytest.raises(EngineCrashed, match=r"worker process \(dp rank 0, pid \d+\) died: "
+                                            r"exited with code 0"):  # fmt: skip
+        group.poll(0.05)
