@@ -56,13 +56,8 @@ import torch
 
 from fdprof import probe as fdprobe
 from fdprof import semconv as S
+from fdprof.engine.ipc import backoff
 from fdprof.probe import Name, Probe, event_object
-
-#: how often a waiter on a shared event looks at its slot: first after SHARED_POLL_S, then
-#: twice as long each time up to SHARED_POLL_MAX_S, so a short wait stays short and a long one
-#: (a copy waiting for a whole step) does not spin a core at 5 kHz on a small machine
-SHARED_POLL_S = 0.0002
-SHARED_POLL_MAX_S = 0.002
 
 
 class DeviceError(RuntimeError):
@@ -245,10 +240,9 @@ class SharedEvent(Event):
         return int(self._slot[0]) >= generation
 
     def _poll(self, generation: int) -> None:
-        delay = SHARED_POLL_S
-        while not self._reached(generation):
-            time.sleep(delay)
-            delay = min(2 * delay, SHARED_POLL_MAX_S)
+        for _ in backoff():  # a waiter on a shared event looks at its slot
+            if self._reached(generation):
+                return
 
     def record_host(self, generation: int) -> None:
         """Record ``generation`` from the host, after everything this thread has done so far

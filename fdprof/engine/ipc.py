@@ -33,7 +33,9 @@ SIGNAL_SLOTS = 1 << 14
 #: task ids and step sequence numbers of DP rank r start at r * SEQ_STRIDE, so the sync
 #: sequence numbers of different groups never pair up
 SEQ_STRIDE = 1_000_000_000
+#: a waiter's first look after POLL_S, each next twice as long up to POLL_MAX_S (:func:`backoff`)
 POLL_S = 0.0002
+POLL_MAX_S = 0.002
 #: how often an engine process looks whether its supervisor is gone (killed outright)
 ORPHAN_CHECK_S = 0.05
 
@@ -215,6 +217,18 @@ class Stopped(Exception):
     """The supervisor asked this process to stop (another process died, or Ctrl-C)."""
 
 
+def backoff(first_s: float = POLL_S, max_s: float = POLL_MAX_S) -> Iterator[None]:
+    """The turns of a polling loop: the first at once, then after ``first_s``, each next sleep
+    twice as long up to ``max_s``. A short wait stays short; a long one (a copy behind a fault's
+    delay, a whole step) does not spin a core at 5 kHz, a tenth of a run's CPU on a small
+    machine when it did."""
+    delay = first_s
+    while True:
+        yield
+        time.sleep(delay)
+        delay = min(2 * delay, max_s)
+
+
 def recv(q, control: Control, timeout: float = 0.1):
     """``q.get()`` that gives up with :class:`Stopped` once the run is stopping."""
     while True:
@@ -243,10 +257,11 @@ class SwapSignal:
         return True
 
     def wait(self, task_id: int, control: Control) -> None:
-        while not self.done(task_id):
+        for _ in backoff():
+            if self.done(task_id):
+                return
             if control.stopping:
                 raise Stopped
-            time.sleep(POLL_S)
 
 
 class KvLock:

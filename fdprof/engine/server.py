@@ -16,13 +16,13 @@ from fdprof import probe
 from fdprof import semconv as S
 from fdprof.engine.cache_manager import CacheManager
 from fdprof.engine.ipc import (
-    POLL_S,
     Control,
     KvLock,
     PerThreadKvLock,
     Stopped,
     SwapSignal,
     TransferPort,
+    backoff,
     recv,
 )
 from fdprof.engine.messages import Batch, StepResult, merge_shards, tp_seq
@@ -34,8 +34,6 @@ from fdprof.probe import handles as H
 
 #: longest the scheduler waits for one eviction pass (a pass that cannot free enough ends early)
 ROOM_WAIT_S = 2.0
-#: V1: the eviction thread polls its swap-outs' completions at POLL_S, backing off to this
-EVICTION_POLL_MAX_S = 0.002
 
 
 class BackgroundEviction:
@@ -97,10 +95,9 @@ class BackgroundEviction:
                     this = self._started
                 while not self._done.is_set() and self._cm.evict_once(self._room_made):
                     pass
-                delay = POLL_S
-                while not self._done.is_set() and self._cm.evicting:  # V1: until they land
-                    time.sleep(delay)
-                    delay = min(2 * delay, EVICTION_POLL_MAX_S)
+                for _ in backoff():  # V1: its swap-outs' completions, until they land
+                    if self._done.is_set() or not self._cm.evicting:
+                        break
                     self._cm.poll_evictions()
                 with self._passes:
                     self._finished = this
