@@ -40,7 +40,7 @@ def sample(arm: str, runs: int, requests: int) -> list[dict]:
     from fdprof.probe import ProbeConfig
 
     if arm == "spawn":
-        launcher._start_method = lambda hosts: multiprocessing.get_context("spawn")
+        launcher._start_method = lambda: multiprocessing.get_context("spawn")
     out = []
     with tempfile.TemporaryDirectory() as tmp:
         for i in range(runs):

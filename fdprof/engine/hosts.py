@@ -3,27 +3,25 @@
 Why: a deployment's DP groups run on different machines, each with its own monotonic clock and
 a wall clock only as good as its synchronisation; merging their traces must find how their
 clocks relate from the traces themselves (:mod:`fdprof.trace.hosts`). On one machine the
-difference is made real with Linux time namespaces: DP group ``r``'s processes start in a
-namespace whose CLOCK_MONOTONIC is offset by ``monotonic_s[r]`` seconds (``unshare --time
---monotonic``; the kernel switches a process into it at exec, so the spawned interpreter keeps
-its pid). CLOCK_REALTIME is not namespaced: the record headers' epoch anchors still agree,
-which is what a host with a perfectly synchronised wall clock would write. Needs root (or
-CAP_SYS_ADMIN) and Linux 5.6+; :func:`check` says so in one line where it is missing.
-
-Only the engine's launcher uses this (``run_engine(..., hosts=Hosts(...))``); nothing here
-runs in the engine's processes.
+difference is made real with Linux time namespaces: DP group ``r``'s processes run in a
+namespace whose CLOCK_MONOTONIC is offset by ``monotonic_s[r]`` seconds. The supervisor makes
+one namespace per host for the run (:meth:`Hosts.clocks`: a process that holds it, started by
+``unshare --time --monotonic``); each engine process of that host joins it first thing, while
+it is still single-threaded (:func:`join`, ``setns(2)``), so the processes fork from the same
+warm fork server as any run's. CLOCK_REALTIME is not namespaced: the record headers' epoch
+anchors still agree, which is what a host with a perfectly synchronised wall clock would write.
+Needs root (or CAP_SYS_ADMIN) and Linux 5.6+; :func:`check` says so in one line where it is
+missing.
 """
 
 from __future__ import annotations
 
-import atexit
 import contextlib
+import ctypes
 import functools
-import shlex
-import shutil
+import os
 import subprocess
-import sys
-import tempfile
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -46,25 +44,60 @@ class Hosts:
         return replace(cfg, fault=None)
 
     @contextlib.contextmanager
-    def spawning(self, mp, rank: int) -> Iterator[None]:
-        """Processes started inside the block start on host ``rank`` (its clock)."""
-        if rank >= len(self.monotonic_s) or self.monotonic_s[rank] == 0:
-            yield
-            return
-        check()  # one line now, rather than children that die at start
-        # the wrapper outlives the block: a child's shell may read it after start() returned
-        tmp = tempfile.mkdtemp(prefix="fdprof-host-")
-        atexit.register(shutil.rmtree, tmp, True)
-        wrapper = Path(tmp) / "python"
-        python = shlex.quote(sys.executable)
-        wrapper.write_text(f"#!/bin/sh\nexec unshare --time --monotonic "
-                           f"{int(self.monotonic_s[rank])} -- {python} \"$@\"\n")  # fmt: skip
-        wrapper.chmod(0o700)
-        mp.set_executable(str(wrapper))
+    def clocks(self) -> Iterator[dict[int, str]]:
+        """For the block: each host whose clock is offset, its time namespace (the path a
+        process joins with :func:`join`), by DP rank; the namespaces go when the block ends."""
+        offset = {r: int(s) for r, s in enumerate(self.monotonic_s) if s}
+        if offset:
+            check()  # one line now, rather than children that die at start
+        holders: dict[int, subprocess.Popen] = {}
         try:
-            yield
+            for rank, seconds in offset.items():
+                holders[rank] = subprocess.Popen(
+                    ["unshare", "--time", "--monotonic", str(seconds), "--", "sleep", "infinity"],
+                    stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                )  # fmt: skip
+            yield {rank: _joined(holder) for rank, holder in holders.items()}
         finally:
-            mp.set_executable(sys.executable)
+            for holder in holders.values():
+                holder.kill()
+                holder.wait()
+                holder.stderr.close()
+
+
+def _joined(holder: subprocess.Popen, timeout_s: float = 10.0) -> str:
+    """The time namespace ``holder`` is in, once it is there (the kernel moves it at the exec
+    of ``sleep``, after ``unshare`` set the offsets)."""
+    ours = os.readlink("/proc/self/ns/time")
+    path = f"/proc/{holder.pid}/ns/time"
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if holder.poll() is not None:
+            why = (holder.stderr.read().decode(errors="replace").strip().splitlines()
+                   or [f"unshare exited with {holder.returncode}"])[-1]  # fmt: skip
+            raise FdprofError(f"simulated hosts: no time namespace: {why}")
+        with contextlib.suppress(OSError):
+            if os.readlink(path) != ours:
+                return path
+        time.sleep(0.005)
+    raise FdprofError(f"simulated hosts: no time namespace after {timeout_s:.0f} s")
+
+
+#: setns(2)'s namespace type for time namespaces (linux/sched.h)
+CLONE_NEWTIME = 0x80
+
+
+def join(namespace: str) -> None:
+    """Move this process into the time namespace ``namespace`` (a path from :meth:`Hosts.clocks`).
+    Only a single-threaded process may: an engine process calls it before anything else."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    fd = os.open(namespace, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        if libc.setns(fd, CLONE_NEWTIME) != 0:
+            err = ctypes.get_errno()
+            raise OSError(err, f"setns into {namespace}: {os.strerror(err)}")
+    finally:
+        os.close(fd)
 
 
 @functools.cache

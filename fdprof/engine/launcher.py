@@ -85,14 +85,12 @@ def _exit_reason(exitcode: int | None) -> str:
 Key = tuple[str, int, int]
 
 
-def _start_method(hosts: Hosts | None) -> multiprocessing.context.BaseContext:
+def _start_method() -> multiprocessing.context.BaseContext:
     """How the engine's processes start. They fork from a server that imported their modules
     (torch among them) once per supervisor, rather than each being a new interpreter importing
     torch: seconds of CPU per process per run, most of a short run's cost. The server imports
-    and runs nothing else (no CUDA), so the children start as clean as spawned ones. Simulated
-    hosts spawn: each host's processes need an executable of their own (its clock)."""
-    if hosts is not None:
-        return multiprocessing.get_context("spawn")
+    and runs nothing else (no CUDA), so the children start as clean as spawned ones; a simulated
+    host's join its clock's namespace as they start (:func:`fdprof.engine.hosts.join`)."""
     mp = multiprocessing.get_context("forkserver")
     mp.set_forkserver_preload(sorted(set(ROLES.values())))
     return mp
@@ -116,7 +114,7 @@ class _Group:
     """The live processes of one run and their messages to the supervisor."""
 
     def __init__(self, cfg, hosts: Hosts | None = None) -> None:
-        self._mp = _start_method(hosts)
+        self._mp = _start_method()
         self.cfg = cfg
         self.hosts = hosts
         self.tp = cfg.tp
@@ -128,32 +126,31 @@ class _Group:
         self.ready: dict[Key, dict] = {}
         #: the queues must outlive the children's start: Process.start() drops its arguments
         self.queues: list[GroupQueues] = []
+        self._clocks = contextlib.ExitStack()
 
     def start(self, probe_config, paths, env: Mapping[str, str]) -> None:
         """Start every process; each is in :attr:`procs` as soon as it started, so an
         interrupt half-way stops those already running."""
         mp, cfg = self._mp, self.cfg
         environ, stdio = settings.child_env(env), StdStreams()
+        # the hosts' clocks live as long as the group (its processes join them as they start)
+        clocks = {} if self.hosts is None else self._clocks.enter_context(self.hosts.clocks())
         for rank in range(cfg.dp):
             queues = GroupQueues.make(mp, cfg.tp)
             self.queues.append(queues)
             own = cfg if self.hosts is None else self.hosts.config(cfg, rank)
-            ctx = ProcessContext(
-                own, probe_config, rank, paths, queues, self.report_q, self.go, environ, stdio
-            )
+            ctx = ProcessContext(own, probe_config, rank, paths, queues, self.report_q, self.go,
+                                 environ, stdio, clock=clocks.get(rank))  # fmt: skip
             members = [(S.ROLE_ENGINE, -1)] + [
                 (role, t) for t in range(cfg.tp) for role in (S.ROLE_TRANSFER, S.ROLE_WORKER)
             ]
-            host = contextlib.nullcontext() if self.hosts is None else self.hosts.spawning(
-                mp, rank)  # fmt: skip
-            with host:
-                for role, t in members:
-                    name = f"{role}-{rank}" if cfg.tp == 1 or t < 0 else f"{role}-{rank}.{t}"
-                    proc = mp.Process(
-                        target=child_main, args=(role, replace(ctx, tp_rank=t)), name=name
-                    )
-                    proc.start()
-                    self.procs.append(((role, rank, t), proc))
+            for role, t in members:
+                name = f"{role}-{rank}" if cfg.tp == 1 or t < 0 else f"{role}-{rank}.{t}"
+                proc = mp.Process(
+                    target=child_main, args=(role, replace(ctx, tp_rank=t)), name=name
+                )
+                proc.start()
+                self.procs.append(((role, rank, t), proc))
 
     def describe(self, exitcodes: bool = False) -> list[dict]:
         return [
@@ -224,7 +221,9 @@ class _Group:
 
     def release(self) -> None:
         """Drop the queues and events now, so their named semaphores in /dev/shm are unlinked
-        (they otherwise wait for a garbage collection that may come only at exit)."""
+        (they otherwise wait for a garbage collection that may come only at exit), and the
+        simulated hosts' clocks."""
+        self._clocks.close()
         for queues in self.queues:
             for q in queues.all():
                 q.close()

@@ -14,6 +14,7 @@ from typing import Any
 
 from fdprof import semconv as S
 from fdprof import settings
+from fdprof.engine import hosts
 from fdprof.engine.config import EngineConfig
 from fdprof.engine.ipc import Control, RunPaths, Stopped, stop_this_process
 from fdprof.probe import ProbeConfig, sdk
@@ -100,6 +101,8 @@ class ProcessContext:
     stdio: StdStreams
     #: the process's TP rank; -1 for the engine process, which serves every rank of its group
     tp_rank: int = -1
+    #: the time namespace of its simulated host, which it joins first (:mod:`fdprof.engine.hosts`)
+    clock: str | None = None
 
     @property
     def batch_q(self) -> Any:
@@ -133,8 +136,10 @@ def child_main(role: str, ctx: ProcessContext) -> None:
     signal.signal(signal.SIGTERM, stop_this_process)
     settings.adopt(ctx.environ)
     ctx.stdio.install()
-    sdk.configure(ctx.probe_config, role, ctx.rank, ctx.tp_rank)
     try:
+        if ctx.clock is not None:  # first: only a single-threaded process joins a namespace
+            hosts.join(ctx.clock)
+        sdk.configure(ctx.probe_config, role, ctx.rank, ctx.tp_rank)
         stats = importlib.import_module(ROLES[role]).serve(ctx)
         ctx.report("done", role, stats)
     except Stopped:
