@@ -21,6 +21,7 @@ Nothing of fdprof's plugin is imported or registered here before a run does it i
 from __future__ import annotations
 
 import atexit
+import gc
 import json
 import os
 import sys
@@ -104,6 +105,9 @@ def main() -> int:
     from vllm.v1.core import block_pool  # noqa: F401
     from vllm.v1.engine import core  # noqa: F401
 
+    # what was imported stays out of every child's collections: vLLM collects at start and at
+    # exit, and a collection that walks the inherited heap writes to all of it (copy on write)
+    gc.freeze()  # 6.2 -> 4.8 s of CPU a pressure run here
     for line in sys.stdin:
         print(json.dumps(serve_batch(json.loads(line))), flush=True)
     return 0
