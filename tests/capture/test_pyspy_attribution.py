@@ -11,7 +11,6 @@ import time
 from pathlib import Path
 
 import pytest
-from scipy.stats import binomtest
 
 from fdprof.analysis import python_time as P
 from fdprof.analysis.diff import diff_traces
@@ -100,6 +99,8 @@ def test_crafted_samples_land_on_the_spans_of_their_thread(tmp_path):
 
 
 def test_shares_and_wilson_intervals():
+    from scipy.stats import binomtest  # here: 1.6 s of import in every worker's collection
+
     for k, n in ((0, 10), (3, 10), (10, 10), (17, 400), (250, 400)):
         want = binomtest(k, n).proportion_ci(0.95, method="wilson")
         assert P.wilson(k, n) == pytest.approx((want.low, want.high), abs=1e-9)
