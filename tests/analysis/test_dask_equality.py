@@ -16,12 +16,12 @@ from fdprof.analysis.hazards import find_hazards
 from fdprof.analysis.predict import predict_races
 from fdprof.trace import load, store
 from tests.cli import fdprof
+from tests.reference_runs import REFERENCE_RUNS as REFERENCE
 
 from .randomtrace import random_trace, random_wcp_trace
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / ".." / "shared" / "data"  # as tests/trace/shared_data.py finds it
-REFERENCE = sorted(p for p in (ROOT / "traces").iterdir() if p.is_dir())
 RANDOM = [("mixed", s) for s in range(12)] + [("lifetime", s) for s in range(8)] + [
     ("locks", s) for s in range(6)] + [("skewed", s) for s in range(6)] + [
     ("wcp", s) for s in range(10)]  # fmt: skip

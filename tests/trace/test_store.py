@@ -13,9 +13,9 @@ from shared_data import DATA
 from fdprof.cli import main
 from fdprof.trace import load, pyspy, save, store
 from tests.cli import fdprof
+from tests.reference_runs import REFERENCE_RUNS as REFERENCE
 
 ROOT = Path(__file__).resolve().parents[2]
-REFERENCE = sorted(p for p in (ROOT / "traces").iterdir() if p.is_dir())
 THIRD_PARTY = sorted((DATA / "hta").glob("*.json.gz")) + sorted((DATA / "nsys").glob("*.sqlite"))
 EVERY_TABLE = ("spans", "accesses", "syncs", "attrs", "processes")
 
