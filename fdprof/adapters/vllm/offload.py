@@ -21,8 +21,11 @@ or a missing fence show within a few steps).
 
 ``fault: "store-before-compute"`` seeds the bug of vLLM #45704 (a store that does not wait
 for the compute that writes its blocks): :class:`ThreadedOffloadingConnector` then submits a
-step's stores when the step's metadata is bound, before its forward, so the copy thread reads
-blocks the forward has not written yet and later loads hand requests wrong KV.
+step's stores when the step's metadata is bound, before its forward, so they read blocks the
+forward has not written yet and later loads hand requests wrong KV. Such a store reads them at
+submission (its copy thread then writes what it read), so that happens in every run, not only
+when the copy thread wins the race; its completion comes as any store's, ordered by nothing
+the forward waits for.
 
 The copy spans are recorded through fdprof's probe (a no-op unless the vLLM plugin configured
 it): ``swap`` with ``kv.gpu_*``/``kv.cpu_*`` block ids, acquiring ``queue:swap`` (job id) and
@@ -77,6 +80,9 @@ class _Job:
     end: threading.Event = field(default_factory=threading.Event)
     nbytes: int = 0
     seconds: float = 0.0
+    #: a store's device blocks as read when it was submitted (the store-before-compute fault),
+    #: one tensor per KV tensor; None: read by the copy itself
+    taken: list[torch.Tensor] | None = None
 
 
 class HostCopyWorker(OffloadingWorker):
@@ -104,9 +110,19 @@ class HostCopyWorker(OffloadingWorker):
             self._thread.start()
 
     def submit_store(
-        self, job_id: int, src_spec: GPULoadStoreSpec, dst_spec: LoadStoreSpec
+        self,
+        job_id: int,
+        src_spec: GPULoadStoreSpec,
+        dst_spec: LoadStoreSpec,
+        read_now: bool = False,
     ) -> bool:
-        return self._submit(_Job(job_id, S.TO_CPU, src_spec.block_ids, dst_spec.block_ids))
+        """``read_now``: the device blocks are read here, at submission, and the copy thread
+        stores what was read (the seeded fault's store ahead of its compute, in every run)"""
+        job = _Job(job_id, S.TO_CPU, src_spec.block_ids, dst_spec.block_ids)
+        if read_now:
+            gpu = torch.from_numpy(job.gpu_blocks.astype(np.int64))
+            job.taken = [dev.index_select(0, gpu) for dev in self._device]
+        return self._submit(job)
 
     def submit_load(
         self,
@@ -154,8 +170,9 @@ class HostCopyWorker(OffloadingWorker):
             if job.direction == S.TO_CPU:
                 p.set_ints(sid, H.KV_GPU_READ, job.gpu_blocks.tolist())
                 p.set_ints(sid, H.KV_CPU_WRITE, job.cpu_blocks.tolist())
-                for dev, host in zip(self._device, self._host, strict=True):
-                    host.index_copy_(0, cpu, dev.index_select(0, gpu))
+                taken = job.taken or [dev.index_select(0, gpu) for dev in self._device]
+                for host, blocks in zip(self._host, taken, strict=True):
+                    host.index_copy_(0, cpu, blocks)
             else:
                 p.set_ints(sid, H.KV_CPU_READ, job.cpu_blocks.tolist())
                 p.set_ints(sid, H.KV_GPU_WRITE, job.gpu_blocks.tolist())
@@ -231,6 +248,6 @@ class ThreadedOffloadingConnector(OffloadingConnector):
             and connector_metadata.store_jobs
         ):
             for job_id, job in connector_metadata.store_jobs.items():
-                worker.worker.submit_store(job_id, job.src_spec, job.dst_spec)
+                worker.worker.submit_store(job_id, job.src_spec, job.dst_spec, read_now=True)
             connector_metadata = dataclasses.replace(connector_metadata, store_jobs={})
         super().bind_connector_metadata(connector_metadata)
