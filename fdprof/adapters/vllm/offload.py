@@ -110,18 +110,18 @@ class HostCopyWorker(OffloadingWorker):
             self._thread.start()
 
     def submit_store(
-        self,
-        job_id: int,
-        src_spec: GPULoadStoreSpec,
-        dst_spec: LoadStoreSpec,
-        read_now: bool = False,
+        self, job_id: int, src_spec: GPULoadStoreSpec, dst_spec: LoadStoreSpec
     ) -> bool:
-        """``read_now``: the device blocks are read here, at submission, and the copy thread
-        stores what was read (the seeded fault's store ahead of its compute, in every run)"""
+        return self._submit(_Job(job_id, S.TO_CPU, src_spec.block_ids, dst_spec.block_ids))
+
+    def submit_store_read_now(
+        self, job_id: int, src_spec: GPULoadStoreSpec, dst_spec: LoadStoreSpec
+    ) -> bool:
+        """A store whose device blocks are read here, at submission, and whose copy thread
+        stores what was read: the seeded store-before-compute fault, wrong in every run."""
         job = _Job(job_id, S.TO_CPU, src_spec.block_ids, dst_spec.block_ids)
-        if read_now:
-            gpu = torch.from_numpy(job.gpu_blocks.astype(np.int64))
-            job.taken = [dev.index_select(0, gpu) for dev in self._device]
+        gpu = torch.from_numpy(job.gpu_blocks.astype(np.int64))
+        job.taken = [dev.index_select(0, gpu) for dev in self._device]
         return self._submit(job)
 
     def submit_load(
@@ -248,6 +248,6 @@ class ThreadedOffloadingConnector(OffloadingConnector):
             and connector_metadata.store_jobs
         ):
             for job_id, job in connector_metadata.store_jobs.items():
-                worker.worker.submit_store(job_id, job.src_spec, job.dst_spec, read_now=True)
+                worker.worker.submit_store_read_now(job_id, job.src_spec, job.dst_spec)
             connector_metadata = dataclasses.replace(connector_metadata, store_jobs={})
         super().bind_connector_metadata(connector_metadata)
