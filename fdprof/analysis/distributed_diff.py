@@ -25,13 +25,12 @@ import pyarrow.compute as pc
 
 from fdprof import semconv as S
 from fdprof.analysis import breakdown as B
-from fdprof.analysis.diff import RunSummary, grouped_names, summarize
+from fdprof.analysis.diff import QUANTILES, RunSummary, grouped_names, summarize
 from fdprof.analysis.timeline import union
 from fdprof.trace import pyspy, store
 from fdprof.trace.attrs import Attrs, Column
 from fdprof.trace.model import SCHEMAS, Trace, frame
 
-QUANTILES = (0.5, 0.9, 0.99)
 #: histogram bins per doubling of a duration
 BINS_PER_OCTAVE = 8
 #: the statistics' tables: name -> its group keys
@@ -119,7 +118,7 @@ def _part_values(path: str, projections: np.ndarray, wanted: dict[str, pd.DataFr
 def _statistics(hist: pd.DataFrame, values: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
     """``time_by``'s table from the groups' histograms and their wanted bins' values."""
     if hist.empty:
-        return pd.DataFrame(columns=[*keys, "count", "total", "p50", "p90", "p99"])
+        return pd.DataFrame(columns=[*keys, "count", "total", *QUANTILES])
     per = hist.groupby(level=keys, sort=True).sum()
     rows = []
     for key, h in hist.groupby(level=keys, sort=True):
@@ -131,14 +130,14 @@ def _statistics(hist: pd.DataFrame, values: pd.DataFrame, keys: list[str]) -> pd
         for k, v in zip(keys, key, strict=True):
             sel = sel[sel[k] == v]
         qs = []
-        for q in QUANTILES:
+        for q in QUANTILES.values():
             pos = q * (n - 1)
             lo, hi = int(np.floor(pos)), int(np.ceil(pos))
             pair = [_kth(bins, cum, sel, i) for i in (lo, hi)]
             frac = pos - lo
             qs.append(float(pair[0]) + (float(pair[1]) - float(pair[0])) * frac)
         rows.append((*key, n, int(per.loc[key if len(keys) > 1 else key[0], "sum"]), *qs))
-    out = pd.DataFrame(rows, columns=[*keys, "count", "total", "p50", "p90", "p99"])
+    out = pd.DataFrame(rows, columns=[*keys, "count", "total", *QUANTILES])
     return out.sort_values("total", ascending=False, kind="stable")
 
 
@@ -160,7 +159,7 @@ def _wanted(hist: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
         bins = h.groupby(level="bin")["count"].sum().sort_index()
         cum = np.cumsum(bins.to_numpy())
         n = int(cum[-1])
-        for q in QUANTILES:
+        for q in QUANTILES.values():
             pos = q * (n - 1)
             for k in {int(np.floor(pos)), int(np.ceil(pos))}:
                 out.append((*key, int(bins.index[int(np.searchsorted(cum, k, "right"))])))

@@ -5,6 +5,7 @@ exposes ``register(subparsers)``; modules are discovered, so adding a command to
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib
 import os
 import pkgutil
@@ -127,7 +128,11 @@ EXIT_CODES = """exit status (every command):
 when several apply: 2 over 1 over 3 over 0"""
 
 
+@functools.cache
 def build_parser() -> argparse.ArgumentParser:
+    """The command line's parser, built once per process: parsing leaves it as it was, and
+    building it (every command's options) costs more than a small trace's ``hazards`` when
+    :func:`main` is called in-process, as tests and scripts do."""
     parser = _Parser(
         prog="fdprof",
         description=(
