@@ -3,7 +3,8 @@ KeyError deep inside), and rows turned into JSON-ready dicts for ``--json``."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import functools
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import numpy as np
@@ -37,3 +38,17 @@ def _plain(v: Any) -> Any:
     if v is pd.NA:
         return None
     return v
+
+
+def empty_frame(columns: Iterable[str], dtypes: Mapping[str, Any] | None = None,
+                default: Any = object) -> pd.DataFrame:  # fmt: skip
+    """No rows, ``columns`` typed by ``dtypes`` (else ``default``): a copy of one made once
+    per shape. An analysis that finds nothing returns several of these, and building typed
+    empty columns costs more than a small trace's whole search."""
+    typed = tuple((c, (dtypes or {}).get(c, default)) for c in columns)
+    return _empty_frame(typed).copy()
+
+
+@functools.cache
+def _empty_frame(typed: tuple[tuple[str, Any], ...]) -> pd.DataFrame:
+    return pd.DataFrame({c: pd.Series(dtype=dtype) for c, dtype in typed})

@@ -34,6 +34,7 @@ import pyarrow.compute as pc
 
 from fdprof import settings
 from fdprof.analysis import hb_seam as seam
+from fdprof.analysis.columns import empty_frame
 from fdprof.analysis.hazards import HazardReport
 from fdprof.errors import FdprofError
 from fdprof.trace import store
@@ -213,7 +214,7 @@ def _cat(frames: list[pd.DataFrame], columns: list[str]) -> pd.DataFrame:
 def _spans_named(client, files: list[str], summaries: list[dict], ids: np.ndarray):
     """The spans ``ids`` names, in the trace's row order (its parts' order, then row)."""
     if not len(ids):
-        return pd.DataFrame({c: pd.Series(dtype=store.SCHEMAS["spans"][c]) for c in SPAN_DETAIL})
+        return empty_frame(SPAN_DETAIL, store.SCHEMAS["spans"])
     offsets = np.cumsum([0] + [s["rows"] for s in summaries])
     parts = client.gather(client.map(_span_rows, files, ids=ids, pure=False))
     for part, off in zip(parts, offsets[:-1].tolist(), strict=True):
@@ -225,6 +226,5 @@ def _spans_named(client, files: list[str], summaries: list[dict], ids: np.ndarra
 def _unended(summaries: list[dict]) -> pd.DataFrame:
     parts = [s["unended"] for s in summaries if s["unended"] is not None]
     if not parts:
-        return pd.DataFrame({c: pd.Series(dtype=object) for c in ("span_id", "name", "lane",
-                                                                  "start", "end")})  # fmt: skip
+        return empty_frame(("span_id", "name", "lane", "start", "end"))
     return pd.concat(parts, ignore_index=True)

@@ -21,7 +21,6 @@ epoch idea, extended to report every racing pair rather than the first).
 from __future__ import annotations
 
 import fnmatch
-import functools
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,7 +31,7 @@ import pandas as pd
 from fdprof import semconv as S
 from fdprof.analysis import instrumentation, verdicts
 from fdprof.analysis.clocks import LaneClocks, SyncClocks, pair_syncs, sync_clocks
-from fdprof.analysis.columns import json_records, require
+from fdprof.analysis.columns import empty_frame, json_records, require
 from fdprof.analysis.lifetime import empty_violations, lifetime_violations, violations_frame
 from fdprof.analysis.locks import broken_locks, lock_holds, no_broken_locks
 from fdprof.analysis.ownership import empty_findings, find_ownership, ownership_kinds
@@ -416,9 +415,8 @@ class AccessPairs:
                              for f in ("span", "pool", "block", "write", "lo", "hi")))  # fmt: skip
 
 
-@functools.cache
 def _empty_pairs() -> pd.DataFrame:
-    return pd.DataFrame({c: pd.Series(dtype=_PAIR_DTYPES.get(c, "object")) for c in PAIR_COLUMNS})
+    return empty_frame(PAIR_COLUMNS, _PAIR_DTYPES)
 
 
 _PAIR_DTYPES = {
@@ -435,5 +433,5 @@ def _layer_text(lo: int, hi: int) -> str:
 def gap_frame(gaps: list[dict[str, Any]]) -> pd.DataFrame:
     """The ``gaps`` table of a report from :func:`fdprof.analysis.tables.gap` rows."""
     if not gaps:
-        return pd.DataFrame({c: pd.Series(dtype="object") for c in GAP_COLUMNS})
+        return empty_frame(GAP_COLUMNS)
     return pd.DataFrame(gaps, columns=GAP_COLUMNS)

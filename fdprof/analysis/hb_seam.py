@@ -21,6 +21,7 @@ from fdprof.analysis import hazards as H
 from fdprof.analysis import instrumentation
 from fdprof.analysis import predict as P
 from fdprof.analysis.clocks import SyncClocks
+from fdprof.analysis.columns import empty_frame
 from fdprof.analysis.lifetime import empty_violations, lifetime_violations, violations_frame
 from fdprof.analysis.search import ClockIndex, unordered_pairs
 from fdprof.analysis.tables import (
@@ -148,7 +149,7 @@ def search_bucket(part: pd.DataFrame, c: Clocks, wcp: WcpBroadcast | None = None
 
 
 def _empty_raw(columns: list[str]) -> pd.DataFrame:
-    return pd.DataFrame({c: pd.Series(dtype=object if c == "pool" else "int64") for c in columns})
+    return empty_frame(columns, {"pool": object}, default="int64")
 
 
 def _raw_pairs(acc: AccessTable, span_ids: np.ndarray, x: np.ndarray, y: np.ndarray):

@@ -28,6 +28,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from fdprof.analysis.columns import empty_frame
+
 USE_AFTER_FREE = "use_after_free"
 FREED_WHILE_IN_USE = "freed_while_in_use"
 
@@ -95,7 +97,7 @@ def violations_frame(
     """One row per (kind, accessing span, allocator span, pool): ``block`` one example,
     ``blocks`` how many blocks the pair shares."""
     if len(kind) == 0:
-        return pd.DataFrame({c: pd.Series(dtype=object) for c in COLUMNS})
+        return empty_frame(COLUMNS)
     raw = pd.DataFrame(
         {
             "kind": np.where(kind == 0, USE_AFTER_FREE, FREED_WHILE_IN_USE),

@@ -21,6 +21,7 @@ import numpy as np
 import pandas as pd
 
 from fdprof import semconv as S
+from fdprof.analysis.columns import empty_frame
 
 HOLD_COLUMNS = {"obj": "object", "lane": "object", "start": "int64", "end": "int64",
                 "acquire_row": "int64", "release_row": "int64"}  # fmt: skip
@@ -93,4 +94,4 @@ def no_broken_locks() -> pd.DataFrame:
 
 
 def _empty(columns: dict[str, str]) -> pd.DataFrame:
-    return pd.DataFrame({c: pd.Series(dtype=dtype) for c, dtype in columns.items()})
+    return empty_frame(columns, columns)

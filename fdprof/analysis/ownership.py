@@ -60,6 +60,7 @@ import numpy as np
 import pandas as pd
 
 from fdprof import semconv as S
+from fdprof.analysis.columns import empty_frame
 from fdprof.analysis.tables import MODES, AccessTable
 
 HANDED_OUT_WHILE_HELD = "handed_out_while_held"
@@ -107,7 +108,7 @@ def ownership_violations(
     :data:`EVENT_COLUMNS`, ``mode`` the event's name (``alloc``, ``hold`` ...), requests as
     int codes (-1: none); ``accesses``: :data:`ACCESS_COLUMNS`."""
     if events.empty:
-        return pd.DataFrame({c: pd.Series(dtype=object) for c in RAW_COLUMNS})
+        return empty_frame(RAW_COLUMNS)
     codes, names = pd.factorize(events["mode"])
     ev = {c: events[c].to_numpy() for c in EVENT_COLUMNS if c != "mode"}
     ev["mode"] = _ranks(names)[codes]
@@ -495,14 +496,14 @@ def _block_order(text: str) -> tuple[str, int]:
 def empty_findings() -> pd.DataFrame:
     dtypes = {"n_blocks": "int64", "span_a": "int64", "span_b": "int64", "step_a": "int64",
               "step_b": "int64"}  # fmt: skip
-    return pd.DataFrame({c: pd.Series(dtype=dtypes.get(c, "object")) for c in COLUMNS})
+    return empty_frame(COLUMNS, dtypes)
 
 
 def ownership_kinds(findings: pd.DataFrame) -> pd.DataFrame:
     """Findings grouped by kind and what the two sides are (span names and roles): how many,
     distinct blocks and requests, the first step; one row per root-cause candidate."""
     if findings.empty:
-        return pd.DataFrame({c: pd.Series(dtype=object) for c in KIND_COLUMNS})
+        return empty_frame(KIND_COLUMNS)
     keys = ["kind", "name_a", "role_a", "name_b", "role_b"]
     rows = []
     for key, g in findings.groupby(keys, sort=False):

@@ -16,6 +16,7 @@ Server: ``python capped.py``, one JSON request per line on stdin (``argv``, ``en
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import os
 import subprocess
@@ -78,9 +79,11 @@ class _Server:
     """The server process, started on first use, stopped at exit."""
 
     def __init__(self) -> None:
+        # unbuffered: a line read must not take the next one with it, or select() would wait
+        # for a status already read (a child that ended before its pid was read hung here)
         self.proc = subprocess.Popen(
             [sys.executable, __file__], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            text=True, bufsize=1,
+            bufsize=0,
         )  # fmt: skip
         atexit.register(self.close)
 
@@ -92,17 +95,22 @@ class _Server:
         with tempfile.NamedTemporaryFile() as out, tempfile.NamedTemporaryFile() as err:
             request = {"argv": argv, "env": dict(env), "cap": cap, "out": out.name,
                        "err": err.name}  # fmt: skip
-            self.proc.stdin.write(json.dumps(request) + "\n")
-            pid = int(self.proc.stdout.readline())
-            code = self._status(pid)
+            data = (json.dumps(request) + "\n").encode()
+            while data:
+                data = data[self.proc.stdin.write(data) :]
+            code = self._status()
             return code, out.read().decode(errors="replace"), err.read().decode(errors="replace")
 
-    def _status(self, pid: int) -> int:
+    def _status(self) -> int:
+        """The call's exit status: its pid comes first, then (at most ``HANG_S`` later) its
+        status."""
         import select
 
+        pid = int(self.proc.stdout.readline())
         ready, _, _ = select.select([self.proc.stdout], [], [], HANG_S)
         if not ready:
-            os.kill(pid, 9)
+            with contextlib.suppress(ProcessLookupError):  # it ended just now: as hung
+                os.kill(pid, 9)
             self.proc.stdout.readline()  # its status, which no one will ask for
             raise subprocess.TimeoutExpired(f"fdprof (pid {pid})", HANG_S)
         return int(self.proc.stdout.readline())

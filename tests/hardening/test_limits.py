@@ -95,3 +95,23 @@ def test_string_ids_anywhere_in_their_range_cost_nothing(tmp_path):
     result = capped("convert", "--json", str(run), str(tmp_path / "out.json"))
     assert result.returncode == 0, result.stderr
     assert load(run).spans["name"].tolist() == ["execute_model"]
+
+
+def test_a_call_that_ends_before_its_pid_is_read_is_answered(monkeypatch, tmp_path):
+    """The capped server answers a call with two lines, its pid and its status; when both are
+    in the pipe before the first is read, the status is not lost in a read buffer (select()
+    found the pipe empty and the call hung until the guard killed it)."""
+    import time
+
+    import capped as server
+
+    monkeypatch.setattr(server, "HANG_S", 10)
+    status = server._Server._status
+
+    def late(self):
+        time.sleep(1)  # the call has ended: both its lines are waiting
+        return status(self)
+
+    monkeypatch.setattr(server._Server, "_status", late)
+    result = capped("hazards", str(tmp_path / "absent.json"))
+    assert result.returncode == 2 and "absent.json" in result.stderr
