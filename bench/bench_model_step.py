@@ -6,23 +6,16 @@ sequences of 64 tokens). Each sample is a fresh process with one tree on its pat
 ``--against DIR``: e.g. a worktree of the previous commit); the trees alternate, and the ratio is
 taken pair by pair, so a machine whose speed drifts still compares like with like. The logits
 of both trees are compared too: a faster step that changed the tokens would not be the same
-engine.
+engine (the pairing: ``bench/trees.py``).
 
     python bench/bench_model_step.py [--against DIR] [--pairs 5] [--steps 200]
 """
 
 from __future__ import annotations
 
-import argparse
 import hashlib
-import json
-import os
-import statistics
-import subprocess
-import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+import trees
 
 
 def sample(steps: int) -> dict:
@@ -70,41 +63,9 @@ def sample(steps: int) -> dict:
     return out
 
 
-def _run(tree: Path, steps: int) -> dict:
-    env = {**os.environ, "PYTHONPATH": str(tree)}
-    code = f"import sys; sys.path.insert(0, {str(ROOT / 'bench')!r}); import json; " \
-           f"from bench_model_step import sample; print(json.dumps(sample({steps})))"  # fmt: skip
-    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
-                          cwd=tree, check=True)  # fmt: skip
-    return json.loads(done.stdout.strip().splitlines()[-1])
-
-
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--against", type=Path, help="another checkout, e.g. the previous commit's")
-    ap.add_argument("--pairs", type=int, default=5)
-    ap.add_argument("--steps", type=int, default=200)
-    args = ap.parse_args()
-    trees = {"this": ROOT} | ({"against": args.against.resolve()} if args.against else {})
-    samples: dict[str, list[dict]] = {name: [] for name in trees}
-    for _ in range(args.pairs):
-        for name, tree in trees.items():
-            samples[name].append(_run(tree, args.steps))
-    for key in ("decode_ms", "prefill_ms"):
-        line = [f"{key}:"]
-        for name in trees:
-            values = [s[key] for s in samples[name]]
-            line.append(f"{name} {statistics.median(values):.2f} "
-                        f"[{min(values):.2f}-{max(values):.2f}]")  # fmt: skip
-        if args.against:
-            ratios = [a[key] / b[key] for a, b in zip(samples["this"], samples["against"],
-                                                      strict=True)]  # fmt: skip
-            line.append(f"ratio this/against {statistics.median(ratios):.2f} "
-                        f"[{min(ratios):.2f}-{max(ratios):.2f}]")  # fmt: skip
-        print("  ".join(line))
-    if args.against:
-        same = {s["logits_sha256"] for group in samples.values() for s in group}
-        print("logits: " + ("identical in both trees" if len(same) == 1 else "DIFFER"))
+    trees.compare("bench_model_step", ["decode_ms", "prefill_ms"],
+                  trees.arguments(__doc__, "steps", 200))  # fmt: skip
 
 
 if __name__ == "__main__":
