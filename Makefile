@@ -61,8 +61,8 @@ demo: $(STAMP)
 	$(VENV)/bin/fdprof ab --out out/demo --force
 
 # the whole suite on TEST_WORKERS pytest-xdist workers (four fill two cores: engine runs wait in
-# their fault windows; 647 and 635 s against 677 s with three), each taking whole groups (a module, or the modules sharing the
-# session's engine or vLLM runs: tests/conftest.py)
+# their fault windows; 647 and 635 s against 677 s with three), each taking whole groups (a
+# module, or the modules sharing the session's engine or vLLM runs: tests/conftest.py)
 TEST_WORKERS ?= 4
 # PYTHONDONTWRITEBYTECODE emptied: every process the suite starts (fork servers, CLI and Dask
 # processes, the workers' collections) would otherwise compile fdprof and the tests again

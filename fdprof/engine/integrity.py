@@ -47,6 +47,12 @@ def run_sums(pool: torch.Tensor, ids: list[int]) -> torch.Tensor:
     return torch.stack([pool[:, :, lo:hi].sum() for lo, hi in runs])
 
 
+def _nonfinite(t: torch.Tensor) -> int:
+    """NaN/Inf values in ``t``: none when its sum is finite (finite values this small cannot sum
+    to an infinity), else counted value by value."""
+    return 0 if bool(torch.isfinite(t.sum())) else int((~torch.isfinite(t)).sum())
+
+
 def _runs(ids: list[int]) -> list[tuple[int, int]]:
     """``[start, end)`` runs of consecutive ids (``ids`` sorted)."""
     runs: list[tuple[int, int]] = []
@@ -82,13 +88,8 @@ class IntegrityChecker:
 
     def count_nonfinite_blocks(self, pool: torch.Tensor, ids: list[int]) -> int:
         """NaN/Inf values in blocks ``ids`` (sorted) of a pool, counted. A run of consecutive
-        blocks is summed in place (no copy); only a run whose sum is not finite is counted
-        value by value, since finite values this small cannot sum to an infinity."""
-        bad = 0
-        for lo, hi in _runs(ids):
-            run = pool[:, :, lo:hi]
-            if not bool(torch.isfinite(run.sum())):
-                bad += int((~torch.isfinite(run)).sum())
+        blocks is summed in place (no copy)."""
+        bad = sum(_nonfinite(pool[:, :, lo:hi]) for lo, hi in _runs(ids))
         self.stats.nan += bad
         return bad
 
@@ -98,8 +99,7 @@ class IntegrityChecker:
         if not ids:
             return []
         blocks = _gathered(pool, ids)
-        if not bool(torch.isfinite(blocks.sum())):  # as count_nonfinite_blocks: exact
-            self.stats.nan += int((~torch.isfinite(blocks)).sum())
+        self.stats.nan += _nonfinite(blocks)
         return self.tally(ids, _sums(blocks).tolist(), expected)
 
     def tally(self, ids: list[int], got: list[int], expected: list[int]) -> list[int]:

@@ -255,7 +255,7 @@ class Decoder:
             # index_select, not pool[li][:, used]: the same copy, a quarter of the time
             kv = pool[li].index_select(1, used)
             outs, row = [], 0
-            for s, ctx, lo, hi in zip(seqs, ctxs, firsts, firsts[1:], strict=False):
+            for s, ctx, lo, hi in zip(seqs, ctxs, firsts[:-1], firsts[1:], strict=True):
                 n = len(s.tokens)
                 ks = kv[0, lo:hi].reshape(-1, k.shape[1], k.shape[2])[:ctx]
                 vs = kv[1, lo:hi].reshape(-1, v.shape[1], v.shape[2])[:ctx]

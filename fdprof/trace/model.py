@@ -119,45 +119,38 @@ def frame(table: str, columns: dict[str, Any]) -> pd.DataFrame:
         raise FdprofError(f"{table}: missing columns {', '.join(missing)}")
     # no copies (two per column doubled a load's peak memory): the caller hands its column
     # arrays over and does not write to them afterwards
-    ready = _ready_arrays(schema, columns)
+    data = {c: _text(columns[c]) if dtype == "string" else columns[c]
+            for c, dtype in schema.items()}  # fmt: skip
+    ready = _ready_arrays(schema, data)
     if ready is not None:
         return pd.DataFrame(ready, copy=False)
     return pd.DataFrame(
-        {
-            c: pd.Series(_text(columns[c]) if dtype == "string" else columns[c], dtype=dtype,
-                         copy=False)
-            for c, dtype in schema.items()
-        },
+        {c: pd.Series(data[c], dtype=dtype, copy=False) for c, dtype in schema.items()},
         copy=False,
-    )  # fmt: skip
+    )
 
 
 #: the dtype the schemas' ``"string"`` names: Arrow-backed, NA for missing
 _STRING = pd.api.types.pandas_dtype("string")
 
 
-def _ready_arrays(schema: dict[str, str], columns: dict[str, Any]) -> dict[str, Any] | None:
+def _ready_arrays(schema: dict[str, str], data: dict[str, Any]) -> dict[str, Any] | None:
     """The columns as arrays of their schema's dtypes without a conversion, when each is one
-    already (numbers) or an object array of strings (text), all of one length: a third of the
-    time of typed Series, which a small table's build is mostly (property tests build
+    already (numbers) or an Arrow column of text (:func:`_text`), all of one length: a third of
+    the time of typed Series, which a small table's build is mostly (property tests build
     thousands). None: something to convert, which typed Series do, with their checks."""
+    if _STRING.storage != "pyarrow":
+        return None
     arrays: dict[str, Any] = {}
     for c, dtype in schema.items():
-        values = columns[c]
-        if not isinstance(values, np.ndarray):
-            return None
-        if dtype != "string":
-            if values.dtype != dtype:
-                return None
+        values = data[c]
+        if dtype == "string" and isinstance(values, pa.Array):
+            arrays[c] = pd.arrays.ArrowStringArray(pa.chunked_array([values]))
+        elif dtype != "string" and isinstance(values, np.ndarray) and values.dtype == dtype:
             arrays[c] = values
-            continue
-        text = _text(values)
-        if not isinstance(text, pa.Array) or _STRING.storage != "pyarrow":
+        else:
             return None
-        arrays[c] = pd.arrays.ArrowStringArray(pa.chunked_array([text]))
-    if len({len(a) for a in arrays.values()}) > 1:
-        return None
-    return arrays
+    return arrays if len({len(a) for a in arrays.values()}) <= 1 else None
 
 
 def _text(values: Any) -> Any:
